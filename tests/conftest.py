@@ -1,0 +1,26 @@
+"""Shared pytest fixtures: the path to the team's shared folder (absent on a user's machine)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED = REPO_ROOT.parent / "shared"
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    """The `../shared` folder beside the checkout; tests that need it skip when it is absent."""
+    if not SHARED.is_dir():
+        pytest.skip(f"../shared is absent ({SHARED}): golden vectors are only in the team checkout")
+    return SHARED
+
+
+@pytest.fixture(scope="session")
+def golden_tinker_ppo_dppo(shared_dir: Path) -> Path:
+    path = shared_dir / "conformance" / "tinker_ppo_and_dppo_seed0.json"
+    if not path.is_file():
+        pytest.skip(f"golden file {path} is absent")
+    return path
