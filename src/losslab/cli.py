@@ -17,6 +17,11 @@ app = typer.Typer(
 )
 
 
+@app.callback()
+def main() -> None:
+    """losslab: is my loss the paper's loss, are the arms comparable, does the loss act, who wins."""
+
+
 @app.command()
 def version() -> None:
     """Print the losslab version."""
