@@ -1,0 +1,451 @@
+"""The plan file's schema: one pydantic model per block of the seed plan.
+
+The models check types and required fields only (strict: `"100"` is not an integer). Rules that
+relate fields to each other (arms differ in one switch, `steps` divisible by updates per batch,
+gate bounds, loss names, ...) live in `losslab.plan.validate`, which reports every problem with its
+JSON path at once. Fields this version does not know are kept (`extra="allow"`) and reported as
+warnings. Free-text fields stay text.
+
+Additions to the seed plan's vocabulary, all optional with the defaults the seed states in prose:
+the top-level `engine` block (`EngineSettings`), the top-level `switch` (default `"loss"`), and per
+arm `role`, `base_model` and a default of 1 for `updates_per_batch`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+from losslab.plan.loss_names import resolve_loss
+
+
+class PlanModel(BaseModel):
+    """Base of every plan block: strict types, unknown fields kept (and warned about)."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+
+
+# --- vocabularies shared with the engine (kept here so that plan imports nothing of losslab) ---
+
+
+@dataclass(frozen=True)
+class GateMetric:
+    """One metric the pilot measures and an activation-gate check may bound."""
+
+    kind: Literal["fraction", "nonnegative", "count", "name"]
+    description: str
+
+
+GATE_METRICS: dict[str, GateMetric] = {
+    "dppo_masked_token_fraction": GateMetric(
+        "fraction",
+        "share of loss tokens the DPPO divergence mask zeroed (treatment arm, last minibatch "
+        "update of each pilot step, mean over pilot steps)",
+    ),
+    "policy_drift_abs_p_q90": GateMetric(
+        "nonnegative",
+        "90th percentile of |p_current - p_sampler| over loss tokens at the last update",
+    ),
+    "grpo_clip_fraction": GateMetric(
+        "fraction",
+        "share of loss tokens the baseline ratio clip zeroed, on the same pilot batches",
+    ),
+    "executed_updates_per_batch": GateMetric(
+        "count", "optim_step calls per rollout batch as logged"
+    ),
+    "executed_base_model": GateMetric("name", "model name the backend reported at client creation"),
+}
+"""The activation gate's vocabulary. The engine's pilot must produce every key; plan check rejects
+a check on any other name, so a typo fails before a run, not after the pilot."""
+
+EVAL_METRICS: dict[str, str] = {
+    "accuracy": "correct",
+    "reward": "reward",
+    "format": "format",
+}
+"""Per-item evaluation metrics a decision criterion may name, mapped to the key of the per-item
+evaluation record (a task's `Grade`) that holds the value."""
+
+NOT_IMPLEMENTED_FEATURES: dict[str, str] = {
+    "custom_optimizer": "losslab trains every arm with the plan's Adam optimizer",
+    "checkpoint_restore": "losslab starts both arms from the base weights",
+    "warmup_adaptation": "losslab has no warm-up adaptation phase",
+    "generated_training_data": "losslab trains on the task's own problems",
+    "learned_generator": "losslab has no learned data generator",
+    "heldout_loss": "losslab evaluates with the task grader, not a held-out loss",
+    "adaptive_selection": "losslab runs the pre-registered arms without adaptive selection",
+}
+"""`experiment_features` flags losslab does not implement: `true` on any is a plan error."""
+
+IMPLEMENTED_FEATURES = ("custom_loss", "paired_comparison", "paired_training_arms")
+
+ARM_ROLES = ("baseline", "treatment")
+
+
+# --- blocks ---
+
+
+class Dataset(PlanModel):
+    name: str
+    hf_path: str | None = None
+    split: str | None = None
+    n_examples: int | None = Field(default=None, gt=0)
+
+
+class Optimizer(PlanModel):
+    """The optimizer of both arms. `beta1`, `beta2`, `eps`, `weight_decay` are optional here: when
+    absent they come from the restoration preflight's `optimizer_config`, else Tinker's
+    `AdamParams` defaults (0.9, 0.95, 1e-12, 0.0)."""
+
+    name: Literal["adam", "adamw"]
+    lr: float = Field(gt=0)
+    beta1: float | None = None
+    beta2: float | None = None
+    eps: float | None = None
+    weight_decay: float | None = None
+
+
+class Eval(PlanModel):
+    benchmark: str
+    metric: str
+    n_examples: int = Field(gt=0)
+    aggregation: str | None = None
+
+
+class ExperimentFeatures(PlanModel):
+    """Flags describing what the experiment needs. Those in `NOT_IMPLEMENTED_FEATURES` must be
+    false: losslab refuses a plan it cannot run as written."""
+
+    custom_loss: bool = True
+    custom_optimizer: bool = False
+    paired_comparison: bool = True
+    paired_training_arms: bool = True
+    checkpoint_restore: bool = False
+    warmup_adaptation: bool = False
+    generated_training_data: bool = False
+    learned_generator: bool = False
+    heldout_loss: bool = False
+    adaptive_selection: bool = False
+
+
+class Tolerance(PlanModel):
+    atol: float
+    rtol: float
+    min_cosine: float | None = None
+
+
+class Tolerances(PlanModel):
+    baseline_loss: Tolerance | None = None
+    baseline_gradient: Tolerance | None = None
+    reference_loss: Tolerance | None = None
+    reference_gradient: Tolerance | None = None
+
+
+class PreflightPath(PlanModel):
+    """One conformance path: our loss against a pinned baseline and a pinned reference.
+
+    Revisions read `owner/repo@commit:path::function(kw=value, ...)`; the keyword part pins the
+    loss hyperparameters (see `losslab.plan.loss_names`)."""
+
+    id: str
+    kind: str = "loss"
+    baseline_revision: str | None = None
+    reference_revision: str | None = None
+    tolerances: Tolerances
+
+
+class CorrectnessPreflight(PlanModel):
+    required: bool = True
+    status: str | None = None
+    paths: list[PreflightPath] = Field(default_factory=list)
+
+
+class GateCheck(PlanModel):
+    """One activation-gate bound: `min <= value <= max`, or `value in one_of`."""
+
+    metric: str
+    measures: str | None = None
+    min: float | None = None
+    max: float | None = None
+    one_of: list[Any] | None = None
+
+    def bound_text(self) -> str:
+        """The bound as one short text: `[0.001, 0.3]`, `>= 0.005`, `<= 1`, `one of [...]`."""
+        if self.one_of is not None:
+            return f"one of {self.one_of!r}"
+        if self.min is not None and self.max is not None:
+            return f"[{self.min:g}, {self.max:g}]"
+        if self.min is not None:
+            return f">= {self.min:g}"
+        return f"<= {self.max:g}"
+
+
+class ActivationGate(PlanModel):
+    applicable: bool = True
+    reason: str | None = None
+    checks: list[GateCheck] = Field(default_factory=list)
+
+
+class OptimizerConfig(PlanModel):
+    learning_rate: float
+    beta1: float | None = None
+    beta2: float | None = None
+    eps: float | None = None
+    weight_decay: float | None = None
+
+
+class RestorationArm(PlanModel):
+    name: str
+    optimizer: str
+    optimizer_config: OptimizerConfig
+
+
+class RestorationGroup(PlanModel):
+    arms: list[RestorationArm]
+
+
+class RestorationPreflight(PlanModel):
+    applicable: bool = True
+    reason: str | None = None
+    fixed_batch_required: bool = True
+    groups: list[RestorationGroup] = Field(default_factory=list)
+
+
+class Criterion(PlanModel):
+    """One pre-registered comparison: the per-item weighted sum of arm metrics.
+
+    `weights` maps an arm role (`treatment`, `baseline`) or an arm name to its weight; `bounds`
+    are [low, high] of the per-item metric, from which the Hoeffding range follows."""
+
+    id: str
+    metric: str
+    weights: dict[str, float]
+    margin: float = 0.0
+    bounds: list[float]
+
+
+class DecisionRule(PlanModel):
+    version: int = 1
+    estimand: str | None = None
+    unit: str | None = None
+    seeds: list[int] = Field(default_factory=list)
+    alpha: float
+    method: Literal["paired_hoeffding"]
+    criteria: list[Criterion] = Field(min_length=1)
+
+
+class Arm(PlanModel):
+    """One training arm. Arms may differ only in the plan's `switch` (default `loss`).
+
+    `role` (optional) is `baseline` or `treatment`; by default the first arm is the baseline and the
+    second the treatment. `base_model` (optional) must equal the plan's when given."""
+
+    name: str
+    loss: str
+    seed: int
+    lr: float = Field(gt=0)
+    updates_per_batch: int = Field(default=1, ge=1)
+    role: Literal["baseline", "treatment"] | None = None
+    base_model: str | None = None
+
+
+class Budget(PlanModel):
+    gpu_hours: float | None = None
+    max_wall_minutes: float | None = None
+
+
+class GenerationAudit(PlanModel):
+    required: bool = False
+    answer_comparison: str | None = None
+    min_sample_size: int | None = Field(default=None, ge=0)
+    max_label_errors: int | None = Field(default=None, ge=0)
+    max_eval_overlaps: int | None = Field(default=None, ge=0)
+
+
+class FeasibilityCheck(PlanModel):
+    """Projected cost against the budget, in the seed plan's `feasibility_check` form."""
+
+    status: str = "unknown"
+    problems: list[str] = Field(default_factory=list)
+    wall_seconds: float | None = None
+    gpu_hours: float | None = None
+    known_gpu_hours: float = 0.0
+    phases: dict[str, Any] = Field(default_factory=dict)
+
+
+class EngineSettings(PlanModel):
+    """Settings the engine needs that the seed plan states only in prose (optional block `engine`).
+
+    Every field defaults to the value the seed plan's method text gives; `plan show` marks each
+    value `plan` (set in the file) or `default`.
+    """
+
+    group_size: int = Field(default=8, ge=1)
+    """Rollouts per prompt; advantages are centered within a group (GRPO)."""
+    groups_per_batch: int = Field(default=32, ge=1)
+    """Prompts per rollout step; `batch_size` must equal `groups_per_batch * group_size`."""
+    temperature: float = Field(default=1.0, ge=0)
+    """Sampling temperature of training rollouts."""
+    max_tokens: int = Field(default=512, ge=1)
+    """Most new tokens per training rollout; must be below `max_seq_len`."""
+    pilot_steps: int = Field(default=5, ge=1)
+    """Rollout steps of the activation-gate pilot (treatment arm)."""
+    eval_max_tokens: int = Field(default=512, ge=1)
+    """Most new tokens per evaluation answer (greedy)."""
+    eval_temperature: float = Field(default=0.0, ge=0)
+    """Evaluation temperature; 0 is greedy decoding, as the seed plan's eval states."""
+    task: str | None = None
+    """Task name for `losslab.tasks`; `None` uses `dataset.name`."""
+    task_config: dict[str, Any] = Field(default_factory=dict)
+    """Extra task options (e.g. a reasoning-gym dataset's config)."""
+    backend: Literal["tinker", "local"] | None = None
+    """Backend hint; `None` lets the command line choose. Not a switch between arms."""
+    local_base_model: str | None = None
+    """Model to use instead of `base_model` on the local (CPU) backend, e.g. a small GGUF/HF model;
+    the gate's `executed_base_model` check then accepts it too."""
+
+
+class Plan(PlanModel):
+    """A whole experiment plan; `load_plan` returns one only when validation found no error."""
+
+    title: str
+    hypothesis: str
+    method: str | None = None
+    base_model: str
+    lora_rank: int = Field(gt=0)
+    training_type: Literal["rl"]
+    dataset: Dataset
+    optimizer: Optimizer
+    steps: int = Field(gt=0)
+    batch_size: int = Field(gt=0)
+    max_seq_len: int = Field(gt=0)
+    eval: Eval
+    baseline: str | None = None
+    experiment_features: ExperimentFeatures = Field(default_factory=ExperimentFeatures)
+    correctness_preflight: CorrectnessPreflight | None = None
+    activation_gate: ActivationGate | None = None
+    restoration_preflight: RestorationPreflight | None = None
+    success_criterion: str | None = None
+    decision_rule: DecisionRule
+    primary_endpoint: str | None = None
+    arms: list[Arm]
+    feasibility_required: bool = False
+    feasibility: dict[str, Any] | None = None
+    budget: Budget
+    generation_audit: GenerationAudit | None = None
+    command: str | None = None
+    feasibility_check: FeasibilityCheck | None = None
+    switch: str = "loss"
+    """The one arm field the arms differ in (optional; default `loss`)."""
+    engine: EngineSettings = Field(default_factory=EngineSettings)
+    """Engine settings the seed states only in prose (optional block)."""
+
+    _warnings: list[str] = PrivateAttr(default_factory=list)
+
+    @property
+    def warnings(self) -> list[str]:
+        """Non-fatal findings of validation (unknown fields kept, prose that disagrees, ...)."""
+        return list(self._warnings)
+
+    # --- derived values the engine and report read ---
+
+    def arm_roles(self) -> dict[str, str]:
+        """Role -> arm name; the first arm is the baseline and the second the treatment unless
+        the arms set `role`."""
+        roles: dict[str, str] = {}
+        for i, arm in enumerate(self.arms):
+            roles[arm.role or ARM_ROLES[min(i, 1)]] = arm.name
+        return roles
+
+    def arm(self, key: str) -> Arm:
+        """An arm by name or role."""
+        name = self.arm_roles().get(key, key)
+        for arm in self.arms:
+            if arm.name == name:
+                return arm
+        raise KeyError(f"no arm named or playing {key!r}; arms: {[a.name for a in self.arms]}")
+
+    @property
+    def updates_per_batch(self) -> int:
+        """Optim steps per rollout batch (equal across arms once validated)."""
+        return self.arms[0].updates_per_batch
+
+    @property
+    def rollout_steps(self) -> int:
+        """Rollout (sampling) steps per arm: `steps` counts optim steps."""
+        return self.steps // self.updates_per_batch
+
+    @property
+    def task_name(self) -> str:
+        return self.engine.task or self.dataset.name
+
+    def loss_spec(self, arm: str | Arm) -> str:
+        """The `losslab.losses` registry spec string of an arm's loss (e.g. `ppo(...)`)."""
+        arm_obj = arm if isinstance(arm, Arm) else self.arm(arm)
+        baseline_rev, reference_rev = self.loss_revisions()
+        return resolve_loss(arm_obj.loss, baseline_rev, reference_rev).spec
+
+    def loss_revisions(self) -> tuple[str | None, str | None]:
+        """The baseline and reference revisions of the first `loss` conformance path."""
+        if self.correctness_preflight is None:
+            return None, None
+        for path in self.correctness_preflight.paths:
+            if path.kind == "loss":
+                return path.baseline_revision, path.reference_revision
+        return None, None
+
+    def adam_config(self, arm: str | Arm) -> dict[str, float]:
+        """Adam hyperparameters of an arm (learning_rate, beta1, beta2, eps, weight_decay)."""
+        return {k: v for k, (v, _) in self.adam_config_sources(arm).items()}
+
+    def adam_config_sources(self, arm: str | Arm) -> dict[str, tuple[float, str]]:
+        """Adam hyperparameters with where each came from: `plan` (the arm or optimizer block),
+        `restoration_preflight` (its optimizer_config) or `default` (Tinker's AdamParams)."""
+        arm_obj = arm if isinstance(arm, Arm) else self.arm(arm)
+        restored: OptimizerConfig | None = None
+        if self.restoration_preflight is not None:
+            for group in self.restoration_preflight.groups:
+                for r_arm in group.arms:
+                    if r_arm.name == arm_obj.name:
+                        restored = r_arm.optimizer_config
+        out: dict[str, tuple[float, str]] = {"learning_rate": (arm_obj.lr, "plan")}
+        for key, default in ADAM_DEFAULTS.items():
+            explicit = getattr(self.optimizer, key)
+            if explicit is not None:
+                out[key] = (explicit, "plan")
+            elif restored is not None and getattr(restored, key) is not None:
+                out[key] = (getattr(restored, key), "restoration_preflight")
+            else:
+                out[key] = (default, "default")
+        return out
+
+    def gate_for(self, backend: str | None = None) -> ActivationGate | None:
+        """The activation gate as it applies on `backend`.
+
+        On the local backend with `engine.local_base_model` set, the run executes that model, so
+        the `executed_base_model` check also accepts it; every other check is unchanged.
+        """
+        gate, local = self.activation_gate, self.engine.local_base_model
+        if gate is None or backend != "local" or local is None:
+            return gate
+        checks = [
+            c.model_copy(update={"one_of": [*c.one_of, local]})
+            if c.metric == "executed_base_model" and c.one_of is not None and local not in c.one_of
+            else c
+            for c in gate.checks
+        ]
+        return gate.model_copy(update={"checks": checks})
+
+    def engine_sources(self) -> dict[str, tuple[Any, str]]:
+        """Each engine setting with `plan` (set in the file) or `default`."""
+        set_fields = self.engine.model_fields_set
+        return {
+            name: (getattr(self.engine, name), "plan" if name in set_fields else "default")
+            for name in EngineSettings.model_fields
+        }
+
+
+ADAM_DEFAULTS: dict[str, float] = {"beta1": 0.9, "beta2": 0.95, "eps": 1e-12, "weight_decay": 0.0}
+"""Tinker's `AdamParams` defaults (tinker 0.38.0), used when the plan names no value."""

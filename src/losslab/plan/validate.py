@@ -1,0 +1,751 @@
+"""Plan validation: every problem at once, each as one `json.path: what is wrong` line.
+
+Two passes over the same file. The pydantic models (`schema.py`) check types and required fields;
+`_Checker` then checks the relations between fields on the raw JSON, skipping any value whose type
+the first pass already rejected, so one bad field gives one line, and every other problem is still
+reported. Nothing here raises a traceback at the user: `load_plan` raises `PlanError`, whose message
+is the list of lines.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from losslab.plan.loss_names import LossNameError, resolve_loss
+from losslab.plan.rule import weighted_range
+from losslab.plan.schema import (
+    ADAM_DEFAULTS,
+    ARM_ROLES,
+    EVAL_METRICS,
+    GATE_METRICS,
+    IMPLEMENTED_FEATURES,
+    NOT_IMPLEMENTED_FEATURES,
+    EngineSettings,
+    ExperimentFeatures,
+    Plan,
+)
+
+ARM_SWITCHABLE = ("loss", "seed", "lr", "updates_per_batch")
+"""Arm fields a plan may declare as its `switch`."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One validation finding: the JSON path of the offending value and what is wrong with it."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+class PlanError(ValueError):
+    """The plan is malformed; `problems` lists every error, each with its JSON path."""
+
+    def __init__(self, problems: Sequence[Problem], source: str | Path | None = None) -> None:
+        self.problems = list(problems)
+        self.source = str(source) if source is not None else None
+        where = f"{self.source}: " if self.source else ""
+        count = len(self.problems)
+        head = f"{where}plan has {count} problem{'s' if count != 1 else ''}"
+        super().__init__("\n".join([head, *(f"  {p}" for p in self.problems)]))
+
+
+@dataclass
+class PlanCheck:
+    """Result of checking a plan: the parsed plan (None when there are errors), errors, warnings."""
+
+    plan: Plan | None
+    errors: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+# --- public entry points ---
+
+
+def check_plan_file(path: str | Path) -> PlanCheck:
+    """Read and check a plan file; unreadable files and JSON syntax errors become problems too."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return PlanCheck(None, [Problem("$", f"plan file {str(path)!r} does not exist")])
+    except (OSError, UnicodeDecodeError) as exc:
+        return PlanCheck(None, [Problem("$", f"cannot read plan file {str(path)!r}: {exc}")])
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return PlanCheck(
+            None,
+            [Problem("$", f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")],
+        )
+    return check_plan_data(data)
+
+
+def check_plan_data(data: Any) -> PlanCheck:
+    """Check an already-parsed plan (a dict as `json.load` gives it)."""
+    if not isinstance(data, dict):
+        return PlanCheck(None, [Problem("$", f"expected a JSON object, got {type(data).__name__}")])
+    errors: list[Problem] = []
+    plan: Plan | None = None
+    try:
+        plan = Plan.model_validate(data)
+    except ValidationError as exc:
+        errors.extend(_pydantic_problems(exc))
+    checker = _Checker(data)
+    checker.run()
+    errors.extend(p for p in checker.errors if p not in errors)
+    if errors:
+        unknown = [
+            Problem(key, "unknown field; kept as written, not used by this losslab version")
+            for key in data
+            if key not in Plan.model_fields
+        ]
+        return PlanCheck(None, errors, [*unknown, *checker.warnings])
+    assert plan is not None  # no error means pydantic accepted the data
+    warnings = [*_unknown_field_warnings(plan, "$"), *checker.warnings]
+    plan._warnings = [str(w) for w in warnings]
+    return PlanCheck(plan, [], warnings)
+
+
+def parse_plan(data: Any, source: str | Path | None = None) -> Plan:
+    """A validated `Plan` from parsed JSON; raises `PlanError` listing every problem."""
+    result = check_plan_data(data)
+    if result.plan is None:
+        raise PlanError(result.errors, source)
+    return result.plan
+
+
+def load_plan(path: str | Path) -> Plan:
+    """A validated `Plan` from a plan file; raises `PlanError` listing every problem."""
+    result = check_plan_file(path)
+    if result.plan is None:
+        raise PlanError(result.errors, path)
+    return result.plan
+
+
+# --- pass 1: pydantic errors as JSON-path lines ---
+
+
+def json_path(loc: Sequence[str | int]) -> str:
+    """`("arms", 1, "lr")` -> `arms[1].lr`; the empty path is `$`."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "$"
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, dict | list):
+        text = json.dumps(value)
+        return text if len(text) <= 60 else text[:57] + "..."
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    return repr(value)
+
+
+def _pydantic_problems(exc: ValidationError) -> list[Problem]:
+    problems = []
+    for err in exc.errors(include_url=False):
+        path = json_path(err["loc"])
+        if err["type"] == "missing":
+            problems.append(Problem(path, "required field is missing"))
+            continue
+        msg = re.sub(r"^Input should be ", "expected ", err["msg"])
+        got = err.get("input")
+        problems.append(Problem(path, f"{msg}, got {_show(got)} ({type(got).__name__})"))
+    return problems
+
+
+def _unknown_field_warnings(model: BaseModel, path: str) -> Iterator[Problem]:
+    """Fields the schema does not know, kept in the model and reported, never dropped."""
+    for key in model.model_extra or {}:
+        sub = f"{path}.{key}" if path != "$" else key
+        if isinstance(model, ExperimentFeatures):
+            yield Problem(sub, "unknown experiment feature (false); kept, not used")
+        else:
+            yield Problem(sub, "unknown field; kept as written, not used by this losslab version")
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        sub = f"{path}.{name}" if path != "$" else name
+        if isinstance(value, BaseModel):
+            yield from _unknown_field_warnings(value, sub)
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                if isinstance(item, BaseModel):
+                    yield from _unknown_field_warnings(item, f"{sub}[{i}]")
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if isinstance(item, BaseModel):
+                    yield from _unknown_field_warnings(item, f"{sub}.{key}")
+
+
+# --- pass 2: relations between fields, on the raw JSON ---
+
+
+def _num(value: Any) -> float | None:
+    """A JSON number as float; None for anything else (its type error is pass 1's)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _fmt_num(x: float) -> str:
+    return repr(int(x)) if float(x).is_integer() and abs(x) < 1e15 else repr(x)
+
+
+class _Checker:
+    """Cross-field rules on the raw JSON; `errors` and `warnings` collect `Problem`s."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.d = data
+        self.errors: list[Problem] = []
+        self.warnings: list[Problem] = []
+        self.arms = list(_list(data.get("arms")))
+        switch = data.get("switch", "loss")
+        self.switch = switch if isinstance(switch, str) else "loss"
+
+    def err(self, path: str, message: str) -> None:
+        self.errors.append(Problem(path, message))
+
+    def warn(self, path: str, message: str) -> None:
+        self.warnings.append(Problem(path, message))
+
+    def run(self) -> None:
+        self.check_features()
+        self.check_arms()
+        self.check_losses()
+        self.check_batch_relations()
+        self.check_preflight()
+        self.check_gate()
+        self.check_restoration()
+        self.check_decision_rule()
+        self.check_budget()
+        self.check_prose()
+
+    # --- helpers ---
+
+    def engine(self, key: str) -> tuple[Any, str]:
+        """An engine setting's effective value and its source (`plan` or `default`)."""
+        raw = _dict(self.d.get("engine"))
+        default = EngineSettings.model_fields[key].default
+        if key in raw:
+            value = raw[key]
+            ok = _num(value) is not None if isinstance(default, float) else _int(value) is not None
+            if ok:
+                return value, "plan"
+        return default, "default"
+
+    def updates(self) -> list[tuple[int, int]]:
+        """(arm index, updates_per_batch) for each arm whose value is a valid integer >= 1."""
+        out = []
+        for i, arm in enumerate(self.arms):
+            u = _int(_dict(arm).get("updates_per_batch", 1))
+            if u is not None and u >= 1:
+                out.append((i, u))
+        return out
+
+    def arm_keys(self) -> dict[str, int]:
+        """Role and name -> arm index."""
+        keys: dict[str, int] = {}
+        for i, arm in enumerate(self.arms):
+            arm = _dict(arm)
+            role = arm.get("role") if arm.get("role") in ARM_ROLES else ARM_ROLES[min(i, 1)]
+            keys.setdefault(role, i)
+            if isinstance(arm.get("name"), str):
+                keys.setdefault(arm["name"], i)
+        return keys
+
+    # --- rules ---
+
+    def check_features(self) -> None:
+        feats = _dict(self.d.get("experiment_features"))
+        for key, value in feats.items():
+            if value is not True:
+                continue
+            path = f"experiment_features.{key}"
+            if key in NOT_IMPLEMENTED_FEATURES:
+                self.err(path, f"true is not implemented ({NOT_IMPLEMENTED_FEATURES[key]})")
+            elif key not in IMPLEMENTED_FEATURES:
+                self.err(path, "unknown experiment feature set to true; not implemented by losslab")
+
+    def check_arms(self) -> None:
+        arms_raw = self.d.get("arms")
+        if not isinstance(arms_raw, list):
+            return
+        if len(arms_raw) != 2:
+            self.err("arms", f"expected exactly 2 arms (baseline, treatment), got {len(arms_raw)}")
+        if "switch" in self.d and isinstance(self.d["switch"], str):
+            if self.d["switch"] not in ARM_SWITCHABLE:
+                self.err(
+                    "switch",
+                    f"{self.d['switch']!r} is not an arm field; expected one of "
+                    f"{', '.join(ARM_SWITCHABLE)}",
+                )
+                return
+        names: dict[str, int] = {}
+        roles: dict[str, int] = {}
+        for i, arm in enumerate(arms_raw):
+            arm = _dict(arm)
+            name = arm.get("name")
+            if isinstance(name, str):
+                if name in names:
+                    self.err(f"arms[{i}].name", f"{name!r} repeats arms[{names[name]}].name")
+                names.setdefault(name, i)
+            role = arm.get("role")
+            if role in ARM_ROLES:
+                if role in roles:
+                    self.err(f"arms[{i}].role", f"{role!r} repeats arms[{roles[role]}].role")
+                roles.setdefault(role, i)
+        if len(arms_raw) < 2 or not all(isinstance(a, dict) for a in arms_raw):
+            return
+        base_model = self.d.get("base_model")
+        for i, arm in enumerate(arms_raw):
+            if "base_model" in arm and base_model is not None and arm["base_model"] != base_model:
+                self.err(
+                    f"arms[{i}].base_model",
+                    f"{_show(arm['base_model'])} differs from base_model {_show(base_model)}; "
+                    "both arms start from the plan's base model",
+                )
+        effective = []
+        for arm in arms_raw:
+            eff = {k: v for k, v in arm.items() if k not in ("name", "role", "base_model")}
+            eff.setdefault("updates_per_batch", 1)
+            effective.append(eff)
+        first = effective[0]
+        for i, eff in enumerate(effective[1:], start=1):
+            for key in sorted(set(first) | set(eff), key=_arm_key_order):
+                if key == self.switch:
+                    continue
+                a, b = first.get(key, _ABSENT), eff.get(key, _ABSENT)
+                if key in _REQUIRED_ARM_FIELDS and (a is _ABSENT or b is _ABSENT):
+                    continue  # pass 1 reports the missing field
+                if not _same_kind(a, b):
+                    continue  # pass 1 reports the value of the wrong type
+                if a != b:
+                    self.err(
+                        f"arms[{i}].{key}",
+                        f"{_show_abs(b)} differs from arms[0].{key} {_show_abs(a)}; "
+                        f"arms may differ only in {self.switch!r}",
+                    )
+            if first.get(self.switch, _ABSENT) == eff.get(self.switch, _ABSENT):
+                self.err(
+                    f"arms[{i}].{self.switch}",
+                    f"{_show_abs(eff.get(self.switch, _ABSENT))} equals arms[0].{self.switch}; "
+                    f"the arms must differ in their switch {self.switch!r}",
+                )
+
+    def _loss_revisions(self) -> tuple[str | None, str | None]:
+        paths = _list(_dict(self.d.get("correctness_preflight")).get("paths"))
+        for path in paths:
+            path = _dict(path)
+            if path.get("kind", "loss") == "loss":
+                b, r = path.get("baseline_revision"), path.get("reference_revision")
+                return (b if isinstance(b, str) else None, r if isinstance(r, str) else None)
+        return None, None
+
+    def check_losses(self) -> None:
+        baseline_rev, reference_rev = self._loss_revisions()
+        for i, arm in enumerate(self.arms):
+            loss = _dict(arm).get("loss")
+            if not isinstance(loss, str):
+                continue
+            try:
+                resolve_loss(loss, baseline_rev, reference_rev)
+            except LossNameError as exc:
+                self.err(f"arms[{i}].loss", str(exc))
+
+    def check_batch_relations(self) -> None:
+        steps = _int(self.d.get("steps"))
+        gs, gs_src = self.engine("group_size")
+        gpb, gpb_src = self.engine("groups_per_batch")
+        upd = self.updates()
+        if steps is not None and steps > 0:
+            for i, u in upd:
+                if steps % u:
+                    self.err(
+                        "steps",
+                        f"{steps} is not divisible by arms[{i}].updates_per_batch {u}; steps counts "
+                        "optim steps = rollout steps x updates per batch",
+                    )
+                    break
+        batch = _int(self.d.get("batch_size"))
+        if batch is not None and gs >= 1 and gpb >= 1 and batch != gs * gpb:
+            self.err(
+                "batch_size",
+                f"{batch} != engine.groups_per_batch {gpb} ({gpb_src}) x engine.group_size "
+                f"{gs} ({gs_src}) = {gs * gpb}",
+            )
+        if gpb >= 1:
+            for i, u in upd:
+                if gpb % u:
+                    self.err(
+                        "engine.groups_per_batch",
+                        f"{gpb} ({gpb_src}) is not divisible by arms[{i}].updates_per_batch {u}; "
+                        "each update takes a minibatch of whole groups",
+                    )
+                    break
+        n_train = _int(_dict(self.d.get("dataset")).get("n_examples"))
+        if steps and upd and n_train and steps % upd[0][1] == 0 and gpb >= 1:
+            need = steps // upd[0][1] * gpb
+            if need > n_train:
+                self.err(
+                    "dataset.n_examples",
+                    f"{n_train} prompts, but {steps // upd[0][1]} rollout steps x "
+                    f"groups_per_batch {gpb} need {need}",
+                )
+        max_tokens, mt_src = self.engine("max_tokens")
+        max_seq = _int(self.d.get("max_seq_len"))
+        if max_seq is not None and max_tokens >= max_seq:
+            self.err(
+                "engine.max_tokens",
+                f"{max_tokens} ({mt_src}) leaves no room for the prompt within max_seq_len {max_seq}",
+            )
+
+    def check_preflight(self) -> None:
+        paths = _list(_dict(self.d.get("correctness_preflight")).get("paths"))
+        seen: dict[str, int] = {}
+        for i, path in enumerate(paths):
+            path = _dict(path)
+            pid = path.get("id")
+            if isinstance(pid, str):
+                if pid in seen:
+                    self.err(
+                        f"correctness_preflight.paths[{i}].id",
+                        f"{pid!r} repeats paths[{seen[pid]}]",
+                    )
+                seen.setdefault(pid, i)
+            for key, tol in _dict(path.get("tolerances")).items():
+                base = f"correctness_preflight.paths[{i}].tolerances.{key}"
+                for name in ("atol", "rtol"):
+                    v = _num(_dict(tol).get(name))
+                    if v is not None and (v < 0 or math.isnan(v)):
+                        self.err(f"{base}.{name}", f"{_fmt_num(v)} must be >= 0")
+                cos = _num(_dict(tol).get("min_cosine"))
+                if cos is not None and not -1 <= cos <= 1:
+                    self.err(f"{base}.min_cosine", f"{_fmt_num(cos)} is outside [-1, 1]")
+
+    def check_gate(self) -> None:
+        gate = _dict(self.d.get("activation_gate"))
+        checks = _list(gate.get("checks"))
+        if gate.get("applicable") is True and "checks" in gate and not checks:
+            self.err("activation_gate.checks", "the gate is applicable but has no checks")
+        raw_local = _dict(self.d.get("engine")).get("local_base_model")
+        base_models = {m for m in (self.d.get("base_model"), raw_local) if isinstance(m, str)}
+        for i, check in enumerate(checks):
+            if not isinstance(check, dict):
+                continue
+            base = f"activation_gate.checks[{i}]"
+            metric = check.get("metric")
+            known = GATE_METRICS.get(metric) if isinstance(metric, str) else None
+            if isinstance(metric, str) and known is None:
+                self.err(
+                    f"{base}.metric",
+                    f"{metric!r} is not a gate metric; expected one of {', '.join(GATE_METRICS)}",
+                )
+            lo, hi = _num(check.get("min")), _num(check.get("max"))
+            one_of = check.get("one_of")
+            if check.get("min") is None and check.get("max") is None and one_of is None:
+                self.err(base, "no bound; give min, max or one_of")
+                continue
+            if one_of is not None and (
+                check.get("min") is not None or check.get("max") is not None
+            ):
+                self.err(f"{base}.one_of", "give either one_of or min/max, not both")
+            if lo is not None and hi is not None and lo > hi:
+                self.err(f"{base}.min", f"{_fmt_num(lo)} > max {_fmt_num(hi)}")
+            if isinstance(one_of, list):
+                if not one_of:
+                    self.err(f"{base}.one_of", "is empty; no value could pass")
+                for j, item in enumerate(one_of):
+                    if not isinstance(item, str | int | float) or isinstance(item, bool):
+                        self.err(
+                            f"{base}.one_of[{j}]", f"expected a string or number, got {_show(item)}"
+                        )
+            if known is None:
+                continue
+            if known.kind == "name" and (lo is not None or hi is not None):
+                self.err(
+                    f"{base}.{'min' if lo is not None else 'max'}",
+                    f"{metric} is a name; bound it with one_of",
+                )
+            if known.kind == "fraction":
+                for key, v in (("min", lo), ("max", hi)):
+                    if v is not None and not 0 <= v <= 1:
+                        self.err(
+                            f"{base}.{key}",
+                            f"{_fmt_num(v)} is outside [0, 1] for the fraction {metric}",
+                        )
+            if known.kind == "nonnegative" and lo is not None and lo < 0:
+                self.err(f"{base}.min", f"{_fmt_num(lo)} is below 0, the least {metric} can be")
+            if metric == "executed_updates_per_batch":
+                for j, u in self.updates():
+                    allowed = (
+                        [x for x in one_of if _num(x) is not None]
+                        if isinstance(one_of, list)
+                        else None
+                    )
+                    if (
+                        (lo is not None and u < lo)
+                        or (hi is not None and u > hi)
+                        or (allowed is not None and u not in allowed)
+                    ):
+                        self.err(
+                            base,
+                            f"excludes arms[{j}].updates_per_batch {u}; the planned config could "
+                            "never pass",
+                        )
+                        break
+            if metric == "executed_base_model" and isinstance(one_of, list) and one_of:
+                if base_models and not base_models & {x for x in one_of if isinstance(x, str)}:
+                    self.err(
+                        f"{base}.one_of",
+                        f"{_show(one_of)} does not include base_model {_show(self.d.get('base_model'))}",
+                    )
+
+    def check_restoration(self) -> None:
+        groups = _list(_dict(self.d.get("restoration_preflight")).get("groups"))
+        arm_index = {
+            a["name"]: i for i, a in enumerate(self.arms) if isinstance(_dict(a).get("name"), str)
+        }
+        optimizer = _dict(self.d.get("optimizer"))
+        opt_name = optimizer.get("name")
+        for g, group in enumerate(groups):
+            r_arms = _list(_dict(group).get("arms"))
+            first_cfg: dict[str, Any] | None = None
+            for j, r_arm in enumerate(r_arms):
+                r_arm = _dict(r_arm)
+                base = f"restoration_preflight.groups[{g}].arms[{j}]"
+                name = r_arm.get("name")
+                if isinstance(name, str) and name not in arm_index:
+                    self.err(f"{base}.name", f"{name!r} is not an arm; arms: {sorted(arm_index)}")
+                if isinstance(r_arm.get("optimizer"), str) and isinstance(opt_name, str):
+                    if r_arm["optimizer"] != opt_name:
+                        self.err(
+                            f"{base}.optimizer",
+                            f"{r_arm['optimizer']!r} differs from optimizer.name {opt_name!r}",
+                        )
+                cfg = _dict(r_arm.get("optimizer_config"))
+                lr = _num(cfg.get("learning_rate"))
+                if lr is not None and isinstance(name, str) and name in arm_index:
+                    k = arm_index[name]
+                    arm_lr = _num(_dict(self.arms[k]).get("lr"))
+                    if arm_lr is not None and lr != arm_lr:
+                        self.err(
+                            f"{base}.optimizer_config.learning_rate",
+                            f"{lr!r} differs from arms[{k}].lr {arm_lr!r}",
+                        )
+                for key in ADAM_DEFAULTS:
+                    plan_v, cfg_v = _num(optimizer.get(key)), _num(cfg.get(key))
+                    if plan_v is not None and cfg_v is not None and plan_v != cfg_v:
+                        self.err(
+                            f"{base}.optimizer_config.{key}",
+                            f"{cfg_v!r} differs from optimizer.{key} {plan_v!r}",
+                        )
+                if first_cfg is None:
+                    first_cfg = cfg
+                    continue
+                for key in sorted(set(first_cfg) | set(cfg)):
+                    if self.switch == "lr" and key == "learning_rate":
+                        continue
+                    a, b = first_cfg.get(key, _ABSENT), cfg.get(key, _ABSENT)
+                    if a != b:
+                        self.err(
+                            f"{base}.optimizer_config.{key}",
+                            f"{_show_abs(b)} differs from groups[{g}].arms[0].optimizer_config.{key} "
+                            f"{_show_abs(a)}; arms may differ only in {self.switch!r}",
+                        )
+
+    def check_decision_rule(self) -> None:
+        rule = _dict(self.d.get("decision_rule"))
+        alpha = _num(rule.get("alpha"))
+        if alpha is not None and not 0 < alpha < 1:
+            self.err("decision_rule.alpha", f"{_fmt_num(alpha)} is outside (0, 1)")
+        version = _int(rule.get("version"))
+        if version is not None and version != 1:
+            self.err(
+                "decision_rule.version", f"{version} is not supported; this losslab reads version 1"
+            )
+        seeds = [s for s in _list(rule.get("seeds")) if _int(s) is not None]
+        if seeds:
+            for i, arm in enumerate(self.arms):
+                seed = _int(_dict(arm).get("seed"))
+                if seed is not None and seed not in seeds:
+                    self.err(f"arms[{i}].seed", f"{seed} is not in decision_rule.seeds {seeds}")
+        arm_keys = self.arm_keys()
+        ids: dict[str, int] = {}
+        for c, crit in enumerate(_list(rule.get("criteria"))):
+            crit = _dict(crit)
+            base = f"decision_rule.criteria[{c}]"
+            cid = crit.get("id")
+            if isinstance(cid, str):
+                if cid in ids:
+                    self.err(f"{base}.id", f"{cid!r} repeats criteria[{ids[cid]}].id")
+                ids.setdefault(cid, c)
+            metric = crit.get("metric")
+            if isinstance(metric, str) and metric not in EVAL_METRICS:
+                self.err(
+                    f"{base}.metric",
+                    f"{metric!r} is not a per-item evaluation metric; expected one of "
+                    f"{', '.join(EVAL_METRICS)}",
+                )
+            weights = crit.get("weights")
+            good_weights: dict[str, float] = {}
+            if isinstance(weights, dict):
+                if not weights:
+                    self.err(f"{base}.weights", "is empty; name at least one arm")
+                used: dict[int, str] = {}
+                for key, w in weights.items():
+                    if key not in arm_keys:
+                        self.err(
+                            f"{base}.weights.{key}",
+                            f"is neither an arm role ({', '.join(ARM_ROLES)}) nor an arm name",
+                        )
+                    elif arm_keys[key] in used:
+                        self.err(
+                            f"{base}.weights.{key}",
+                            f"names the same arm as weights.{used[arm_keys[key]]}",
+                        )
+                    else:
+                        used[arm_keys[key]] = key
+                    if _num(w) is not None:
+                        if not math.isfinite(w) or w == 0:
+                            self.err(
+                                f"{base}.weights.{key}", f"{_fmt_num(w)} must be finite and nonzero"
+                            )
+                        else:
+                            good_weights[key] = float(w)
+            bounds = crit.get("bounds")
+            good_bounds = None
+            if isinstance(bounds, list):
+                nums = [_num(b) for b in bounds]
+                if len(bounds) != 2 or None in nums or not nums[0] < nums[1]:  # type: ignore[operator]
+                    if all(n is not None for n in nums):
+                        self.err(
+                            f"{base}.bounds",
+                            f"expected [low, high] with low < high, got {_show(bounds)}",
+                        )
+                else:
+                    good_bounds = nums
+            margin = _num(crit.get("margin", 0.0))
+            if (
+                margin is not None
+                and good_bounds is not None
+                and isinstance(weights, dict)
+                and len(good_weights) == len(weights) > 0
+            ):
+                low, high = weighted_range(good_weights, good_bounds)  # type: ignore[arg-type]
+                if not low <= margin < high:
+                    self.err(
+                        f"{base}.margin",
+                        f"{_fmt_num(margin)} is outside [{_fmt_num(low)}, {_fmt_num(high)}), the range "
+                        "of the weighted difference; the verdict would be fixed before any data",
+                    )
+
+    def check_budget(self) -> None:
+        budget = self.d.get("budget")
+        if not isinstance(budget, dict):
+            return
+        present = False
+        for key in ("gpu_hours", "max_wall_minutes"):
+            v = _num(budget.get(key))
+            if v is not None:
+                present = True
+                if not v > 0 or not math.isfinite(v):
+                    self.err(f"budget.{key}", f"{_fmt_num(v)} must be a positive number")
+        if not present and all(budget.get(k) is None for k in ("gpu_hours", "max_wall_minutes")):
+            self.err("budget", "give gpu_hours or max_wall_minutes (or both)")
+
+    def check_prose(self) -> None:
+        """Warn when the method text states an engine value other than the one in effect."""
+        text = "\n".join(
+            t for t in (self.d.get("method"), self.d.get("command")) if isinstance(t, str)
+        )
+        for key, pattern in _PROSE_PATTERNS.items():
+            value, source = self.engine(key)
+            for match in re.finditer(pattern, text):
+                stated = float(match.group(1))
+                if stated != float(value):
+                    self.warn(
+                        f"engine.{key}",
+                        f"the plan's text says {match.group(0).strip()!r} but the engine uses "
+                        f"{value} ({source}); set engine.{key} to what you mean",
+                    )
+                    break
+
+
+_PROSE_PATTERNS = {
+    "group_size": r"group_size\s*=\s*(\d+)",
+    "groups_per_batch": r"groups_per_batch\s*=\s*(\d+)",
+    "max_tokens": r"(?<![_a-z])max_tokens\s*=\s*(\d+)",
+    "temperature": r"temperature\s*=?\s*(\d+(?:\.\d+)?)",
+}
+
+
+class _Absent:
+    def __repr__(self) -> str:
+        return "(absent)"
+
+
+_ABSENT = _Absent()
+
+
+def _show_abs(value: Any) -> str:
+    return "(absent)" if value is _ABSENT else _show(value)
+
+
+_REQUIRED_ARM_FIELDS = ("loss", "seed", "lr")
+
+
+def _same_kind(a: Any, b: Any) -> bool:
+    """Both numbers, or both of one JSON type (absent counts as any kind)."""
+    if a is _ABSENT or b is _ABSENT:
+        return True
+    if _num(a) is not None and _num(b) is not None:
+        return True
+    return type(a) is type(b)
+
+
+_ARM_FIELD_ORDER = ("loss", "seed", "lr", "updates_per_batch", "base_model")
+
+
+def _arm_key_order(key: str) -> tuple[int, str]:
+    return (_ARM_FIELD_ORDER.index(key) if key in _ARM_FIELD_ORDER else len(_ARM_FIELD_ORDER), key)
+
+
+def problems_by_path(problems: Sequence[Problem]) -> Mapping[str, list[str]]:
+    """Group messages by JSON path (for tests and the report)."""
+    out: dict[str, list[str]] = {}
+    for p in problems:
+        out.setdefault(p.path, []).append(p.message)
+    return out

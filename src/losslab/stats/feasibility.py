@@ -1,0 +1,90 @@
+"""Feasibility: project a plan's wall time and GPU-hours from measured per-step timings.
+
+    pilot   = pilot_steps * (sample_s + updates_per_batch * train_s)       (treatment arm)
+    train_a = rollout_steps * sample_s + steps * train_s                  (each arm)
+    eval_a  = eval.n_examples * eval_s_per_item                           (each arm)
+    wall    = pilot + sum_a (train_a + eval_a)   (arms one after the other; max_a with parallel arms)
+    gpu_hours = gpus * (pilot + sum_a (train_a + eval_a)) / 3600
+
+The result has the plan's `feasibility_check` form; status `pass` when both projections fit the
+budget, `fail` otherwise, with one problem line per exceeded limit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+from losslab.plan import FeasibilityCheck, Plan
+
+
+@dataclass(frozen=True)
+class StepTimings:
+    """Measured seconds (e.g. from the pilot) that the projection scales up."""
+
+    sample_s: float
+    """Seconds per rollout step: sampling groups_per_batch x group_size completions."""
+    train_s: float
+    """Seconds per optim step: one minibatch forward_backward plus optim_step."""
+    eval_s_per_item: float
+    """Seconds per evaluation item (greedy answer plus grading)."""
+    gpus: float = 1.0
+    """Accelerators held while running; 0 for a remote service that does not bill GPU-hours here."""
+    parallel_arms: bool = False
+    """Arms run at the same time (wall time is the slower arm; GPU-hours still add up)."""
+    measured_s: float = 0.0
+    """Seconds already spent measuring these timings (counted as known GPU-hours)."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "parallel_arms":
+                continue
+            if not isinstance(value, int | float) or isinstance(value, bool):
+                raise ValueError(f"timings.{f.name} must be a number, got {value!r}")
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"timings.{f.name} must be finite and >= 0, got {value!r}")
+
+
+def project_feasibility(timings: StepTimings, plan: Plan) -> FeasibilityCheck:
+    """Project the plan's cost from measured timings and compare it with `plan.budget`."""
+    upb = plan.updates_per_batch
+    pilot_s = plan.engine.pilot_steps * (timings.sample_s + upb * timings.train_s)
+    phases: dict[str, dict[str, float]] = {
+        "pilot": {"steps": plan.engine.pilot_steps, "seconds": pilot_s},
+    }
+    arm_seconds = []
+    for arm in plan.arms:
+        train_s = plan.rollout_steps * timings.sample_s + plan.steps * timings.train_s
+        eval_s = plan.eval.n_examples * timings.eval_s_per_item
+        phases[f"train:{arm.name}"] = {
+            "rollout_steps": plan.rollout_steps,
+            "optim_steps": plan.steps,
+            "sample_seconds": plan.rollout_steps * timings.sample_s,
+            "train_seconds": plan.steps * timings.train_s,
+            "seconds": train_s,
+        }
+        phases[f"eval:{arm.name}"] = {"items": plan.eval.n_examples, "seconds": eval_s}
+        arm_seconds.append(train_s + eval_s)
+    busy_s = pilot_s + sum(arm_seconds)
+    wall_s = pilot_s + (max(arm_seconds) if timings.parallel_arms else sum(arm_seconds))
+    gpu_hours = timings.gpus * busy_s / 3600.0
+    problems = []
+    budget = plan.budget
+    if budget.max_wall_minutes is not None and wall_s > budget.max_wall_minutes * 60:
+        problems.append(
+            f"projected wall time {wall_s / 60:.1f} min exceeds budget.max_wall_minutes "
+            f"{budget.max_wall_minutes:g}"
+        )
+    if budget.gpu_hours is not None and gpu_hours > budget.gpu_hours:
+        problems.append(
+            f"projected {gpu_hours:.2f} GPU-hours exceeds budget.gpu_hours {budget.gpu_hours:g}"
+        )
+    return FeasibilityCheck(
+        status="fail" if problems else "pass",
+        problems=problems,
+        wall_seconds=wall_s,
+        gpu_hours=gpu_hours,
+        known_gpu_hours=timings.gpus * timings.measured_s / 3600.0,
+        phases=phases,
+    )
