@@ -1,0 +1,331 @@
+"""Conformance fixtures: ragged, prompt-masked batches with stale current log-probs.
+
+The generator is the one recorded in the `generator` block of the team's golden file
+`conformance/tinker_ppo_and_dppo_seed0.json` (set A); `generate_fixture(FixtureSpec())`
+regenerates that file's sequences bit for bit. Draw order (numpy `default_rng(seed)`, PCG64):
+lengths, prompt lengths, then per sequence: mixture components, exponentials, noise and
+prompt-position current log-probs (each drawn over the full length L_i), then advantages.
+
+A fixture is "stale": current log-probs are the sampler's plus N(0, noise_sd) noise, so the GRPO
+ratio clip and the DPPO divergence mask both fire on a real share of tokens, and one sequence
+has zero advantage (its ratio losses must give zero gradient).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+# Descriptive (text) keys of a golden file's generator block: read past, never interpreted.
+_TEXT_KEYS = frozenset(
+    {
+        "rng",
+        "length",
+        "prompt_length",
+        "sampler_logprobs",
+        "current_logprobs",
+        "advantages",
+        "boundary_margins_float64",
+    }
+)
+
+
+@dataclass(frozen=True)
+class ExtremeToken:
+    """Overwrite one token after generation (to probe overflow / threshold edge cases)."""
+
+    seq: int
+    pos: int
+    sampler_logprob: float | None = None
+    current_logprob: float | None = None
+
+
+@dataclass(frozen=True)
+class FixtureSpec:
+    """Parameters of the fixture generator (names as in the golden file's `generator` block).
+
+    Args:
+        seed: numpy `default_rng` seed.
+        n_seq: number of sequences (datums).
+        len_lo, len_hi: inclusive range of sequence lengths L_i.
+        prompt_lo, prompt_hi: inclusive range of prompt lengths (capped at L_i - 1); the loss
+            mask is 0 on prompt positions and 1 after.
+        noise_sd: std of the N(0, sd) noise added to sampler log-probs to get current log-probs;
+            0 makes the batch on-policy (no clip or mask fires).
+        zero_adv_idx: index of the sequence whose advantage is forced to 0 (None: none).
+        mixture_weights, mixture_scales: sampler log-prob = -scale_c * Exp(1), c ~ weights.
+        logprob_floor: lower cap of sampler log-probs.
+        extreme_tokens: tokens overwritten after generation.
+    """
+
+    seed: int = 0
+    n_seq: int = 16
+    len_lo: int = 40
+    len_hi: int = 96
+    prompt_lo: int = 8
+    prompt_hi: int = 24
+    noise_sd: float = 0.6
+    zero_adv_idx: int | None = 5
+    mixture_weights: tuple[float, ...] = (0.2, 0.5, 0.3)
+    mixture_scales: tuple[float, ...] = (0.3, 1.0, 4.0)
+    logprob_floor: float = -30.0
+    extreme_tokens: tuple[ExtremeToken, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        def bad(name: str, expected: str) -> ValueError:
+            return ValueError(
+                f"fixture generator {name} = {getattr(self, name)!r}; expected {expected}"
+            )
+
+        for name in ("seed", "n_seq", "len_lo", "len_hi", "prompt_lo", "prompt_hi"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise bad(name, "a non-negative integer")
+        if self.n_seq < 1:
+            raise bad("n_seq", "at least 1")
+        if self.len_lo < 2 or self.len_hi < self.len_lo:
+            raise bad("len_hi", f"len_hi >= len_lo >= 2 (len_lo = {self.len_lo})")
+        if self.prompt_hi < self.prompt_lo:
+            raise bad("prompt_hi", f">= prompt_lo = {self.prompt_lo}")
+        if not (
+            isinstance(self.noise_sd, (int, float))
+            and math.isfinite(self.noise_sd)
+            and self.noise_sd >= 0
+        ):
+            raise bad("noise_sd", "a finite number >= 0")
+        if self.zero_adv_idx is not None and not 0 <= self.zero_adv_idx < self.n_seq:
+            raise bad("zero_adv_idx", f"None or an index in [0, {self.n_seq})")
+        if len(self.mixture_weights) != len(self.mixture_scales) or not self.mixture_weights:
+            raise bad("mixture_weights", "as many weights as mixture_scales")
+        if abs(sum(self.mixture_weights) - 1.0) > 1e-9:
+            raise bad("mixture_weights", "weights summing to 1")
+        for tok in self.extreme_tokens:
+            if not 0 <= tok.seq < self.n_seq:
+                raise ValueError(
+                    f"fixture extreme_tokens seq = {tok.seq}; expected an index "
+                    f"in [0, {self.n_seq})"
+                )
+
+    @classmethod
+    def from_generator_block(cls, block: Mapping[str, Any]) -> FixtureSpec:
+        """Read a golden file's `generator` block (text keys describe the recipe; skipped)."""
+        known = {f for f in cls.__dataclass_fields__}
+        unknown = set(block) - known - _TEXT_KEYS
+        if unknown:
+            raise ValueError(
+                f"generator block has unknown keys {sorted(unknown)}; expected "
+                f"{sorted(known)} (plus descriptive text keys)"
+            )
+        kwargs: dict[str, Any] = {k: v for k, v in block.items() if k in known}
+        for key in ("mixture_weights", "mixture_scales"):
+            if key in kwargs:
+                kwargs[key] = tuple(float(x) for x in kwargs[key])
+        kwargs["extreme_tokens"] = tuple(
+            ExtremeToken(**tok) if isinstance(tok, Mapping) else tok
+            for tok in kwargs.get("extreme_tokens", ())
+        )
+        return cls(**kwargs)
+
+    def to_generator_block(self) -> dict[str, Any]:
+        block = asdict(self)
+        block["mixture_weights"] = list(self.mixture_weights)
+        block["mixture_scales"] = list(self.mixture_scales)
+        block["extreme_tokens"] = [asdict(t) for t in self.extreme_tokens]
+        block["rng"] = (
+            "numpy.random.default_rng(seed) (PCG64); draws in this order: lengths, "
+            "prompt lengths, then per sequence i=0..n-1 (each over the full length "
+            "L_i): mixture components, exponentials, noise, prompt-position current "
+            "logprobs; then advantages"
+        )
+        return block
+
+
+@dataclass(frozen=True)
+class FixtureSequence:
+    """One datum of a fixture; arrays are float32 of length L (prompt positions included)."""
+
+    sampler_logprobs: np.ndarray
+    current_logprobs: np.ndarray
+    loss_mask: np.ndarray
+    advantage: float  # float32 value, broadcast over loss-mask tokens
+    prompt_length: int
+
+    @property
+    def advantages(self) -> np.ndarray:
+        return (np.float32(self.advantage) * self.loss_mask).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class Fixture:
+    """A batch of ragged sequences plus the spec it came from (None when read from a file)."""
+
+    sequences: tuple[FixtureSequence, ...]
+    spec: FixtureSpec | None = None
+
+    @property
+    def lengths(self) -> list[int]:
+        return [len(s.sampler_logprobs) for s in self.sequences]
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The canonical JSON form: per-sequence lists of float32 values as Python floats."""
+        return {
+            "generator": self.spec.to_generator_block() if self.spec is not None else None,
+            "sequences": [
+                {
+                    "sampler_logprobs": [float(x) for x in s.sampler_logprobs],
+                    "current_logprobs": [float(x) for x in s.current_logprobs],
+                    "loss_mask": [float(x) for x in s.loss_mask],
+                    "advantage": float(s.advantage),
+                    "prompt_length": int(s.prompt_length),
+                }
+                for s in self.sequences
+            ],
+        }
+
+    def canonical_json(self) -> str:
+        """Sorted keys, no whitespace; the sequences only (the spec is recorded beside it)."""
+        body = {"sequences": self.to_json_dict()["sequences"]}
+        return json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+    def sha256(self) -> str:
+        return hashlib.sha256(self.canonical_json().encode("utf-8")).hexdigest()
+
+    def description(self) -> str:
+        n_loss = sum(int(s.loss_mask.sum()) for s in self.sequences)
+        lo, hi = min(self.lengths), max(self.lengths)
+        text = (
+            f"{len(self.sequences)} ragged sequences (len {lo}-{hi}), prompt-masked, "
+            f"{n_loss} loss tokens"
+        )
+        if self.spec is not None:
+            text += (
+                f"; stale current logprobs = sampler + N(0,{self.spec.noise_sd}) capped at 0 "
+                f"(numpy default_rng seed {self.spec.seed})"
+            )
+            if self.spec.zero_adv_idx is not None:
+                text += f"; sequence {self.spec.zero_adv_idx} has zero advantage"
+        return text
+
+    @classmethod
+    def from_json_sequences(
+        cls,
+        sequences: list[Mapping[str, Any]],
+        spec: FixtureSpec | None = None,
+        where: str = "sequences",
+    ) -> Fixture:
+        """Read sequences in the golden file's form (float32 values stored as JSON floats)."""
+        out = []
+        for i, seq in enumerate(sequences):
+            missing = {"sampler_logprobs", "current_logprobs", "loss_mask", "advantage"} - set(seq)
+            if missing:
+                raise ValueError(f"{where}[{i}] lacks {sorted(missing)}")
+            arrays = [
+                np.asarray(seq[k], dtype=np.float32)
+                for k in ("sampler_logprobs", "current_logprobs", "loss_mask")
+            ]
+            if len({a.shape for a in arrays}) != 1 or arrays[0].ndim != 1:
+                raise ValueError(
+                    f"{where}[{i}]: sampler_logprobs, current_logprobs and loss_mask "
+                    f"must be 1-D of one length, got {[a.shape for a in arrays]}"
+                )
+            mask = arrays[2]
+            prompt = int(
+                seq.get("prompt_length", int(np.argmax(mask > 0)) if mask.any() else len(mask))
+            )
+            out.append(
+                FixtureSequence(
+                    arrays[0], arrays[1], mask, float(np.float32(seq["advantage"])), prompt
+                )
+            )
+        return cls(tuple(out), spec)
+
+
+def generate_fixture(spec: FixtureSpec | None = None) -> Fixture:
+    """Generate the fixture of `spec` (default: set A, seed 0, 16 sequences of length 40-96)."""
+    spec = spec or FixtureSpec()
+    rng = np.random.default_rng(spec.seed)
+    lengths = rng.integers(spec.len_lo, spec.len_hi + 1, size=spec.n_seq)
+    prompts = np.minimum(
+        rng.integers(spec.prompt_lo, spec.prompt_hi + 1, size=spec.n_seq), lengths - 1
+    )
+    scales = np.asarray(spec.mixture_scales, dtype=np.float64)
+    rows = []
+    for length, prompt in zip(lengths.tolist(), prompts.tolist(), strict=True):
+        response = np.arange(length) >= prompt  # loss mask, [L]
+        component = rng.choice(len(scales), size=length, p=list(spec.mixture_weights))
+        exponential = rng.exponential(1.0, size=length)
+        sampler = np.where(
+            response, np.maximum(-scales[component] * exponential, spec.logprob_floor), 0.0
+        ).astype(np.float32)
+        noise = rng.normal(0.0, spec.noise_sd, size=length)
+        # capped at 0 so probabilities stay <= 1 (binary KL takes log(1 - p))
+        current_response = np.minimum(sampler.astype(np.float64) + noise, 0.0)
+        prompt_current = -rng.exponential(1.0, size=length)  # masked; must get zero gradient
+        current = np.where(response, current_response, prompt_current).astype(np.float32)
+        rows.append((sampler, current, response.astype(np.float32), prompt))
+    advantages = rng.normal(0.0, 1.0, size=spec.n_seq).astype(np.float32)
+    if spec.zero_adv_idx is not None:
+        advantages[spec.zero_adv_idx] = 0.0
+    for tok in spec.extreme_tokens:
+        sampler, current, _, _ = rows[tok.seq]
+        if not 0 <= tok.pos < len(sampler):
+            raise ValueError(
+                f"fixture extreme_tokens pos = {tok.pos} for seq {tok.seq}; expected "
+                f"an index in [0, {len(sampler)})"
+            )
+        if tok.sampler_logprob is not None:
+            sampler[tok.pos] = np.float32(tok.sampler_logprob)
+        if tok.current_logprob is not None:
+            current[tok.pos] = np.float32(tok.current_logprob)
+    sequences = tuple(
+        FixtureSequence(s, c, m, float(a), int(p))
+        for (s, c, m, p), a in zip(rows, advantages.tolist(), strict=True)
+    )
+    return Fixture(sequences, spec)
+
+
+def token_tensors(
+    fixture: Fixture, dtype: Any = None, requires_grad: bool = True
+) -> dict[str, list]:
+    """Per-datum torch tensors (`logprobs_D`, `sampler_logprobs_D`, `advantages_D`, `mask_D`)."""
+    import torch
+
+    dtype = dtype or torch.float32
+    return {
+        "logprobs_D": [
+            torch.tensor(s.current_logprobs, dtype=dtype).requires_grad_(requires_grad)
+            for s in fixture.sequences
+        ],
+        "sampler_logprobs_D": [
+            torch.tensor(s.sampler_logprobs, dtype=dtype) for s in fixture.sequences
+        ],
+        "advantages_D": [torch.tensor(s.advantages, dtype=dtype) for s in fixture.sequences],
+        "mask_D": [torch.tensor(s.loss_mask, dtype=dtype) for s in fixture.sequences],
+    }
+
+
+def boundary_margins(
+    fixture: Fixture,
+    ratio_bounds: tuple[float, ...] = (0.8, 1.2),
+    tv_thresholds: tuple[float, ...] = (0.15, 0.1),
+) -> dict[str, float]:
+    """Smallest float64 distance of any loss token to a clip/mask threshold (round-off safety)."""
+    cur = np.concatenate([s.current_logprobs[s.loss_mask > 0] for s in fixture.sequences]).astype(
+        np.float64
+    )
+    smp = np.concatenate([s.sampler_logprobs[s.loss_mask > 0] for s in fixture.sequences]).astype(
+        np.float64
+    )
+    ratio = np.exp(cur - smp)
+    tv = np.abs(np.exp(cur) - np.exp(smp))
+    out = {f"min_abs(ratio-{b})": float(np.min(np.abs(ratio - b))) for b in ratio_bounds}
+    out.update(
+        {f"min_abs(|p-p_sampler|-{t})": float(np.min(np.abs(tv - t))) for t in tv_thresholds}
+    )
+    return out

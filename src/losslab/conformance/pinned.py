@@ -1,0 +1,507 @@
+"""Run a reference's pinned source from a local checkout the user names.
+
+`--source owner/repo=PATH` points at a git work tree or a bare git directory. For a revision
+`owner/repo@commit:path::function(...)` we read the file at that commit with `git show`, extract
+the function plus the module-level definitions it uses with `ast` (following imports into other
+files of the same repository at the same commit), and execute only those definitions, unchanged,
+in a separate Python process (`sys.executable -I`, sockets disabled, a timeout), with the fixture
+passed through a temporary JSON file. Adapters map our per-datum layout to the reference's:
+`verl_padded` (zero-padded [B, T] rows, verl's `agg_loss`) and `spindle_packed` (packed rows).
+
+Nothing runs unless the user named the checkout; nothing from the checkout is written anywhere
+except the temporary directory of one run.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import hashlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from losslab.conformance.fixtures import Fixture
+from losslab.conformance.references import ReferenceResult, ResolvedReference
+from losslab.conformance.revision import Revision
+
+RUNNER = Path(__file__).with_name("pinned_runner.py")
+# Third-party/stdlib modules the runner may import for the reference (everything else must come
+# from the repository itself).
+RUNTIME_MODULES = frozenset(
+    {
+        "torch",
+        "numpy",
+        "math",
+        "functools",
+        "typing",
+        "collections",
+        "dataclasses",
+        "itertools",
+        "enum",
+        "abc",
+        "re",
+        "operator",
+        "__future__",
+        "warnings",
+        "contextlib",
+        "types",
+    }
+)
+ADAPTERS = {"compute_policy_loss_with_mask": "verl_padded", "_loss": "spindle_packed"}
+EXTRA_ROOTS = {"spindle_packed": ("_loss_config",)}  # validated the way the reference does
+
+
+class PinnedSourceError(RuntimeError):
+    """The pinned reference could not be obtained or run; the message names the revision."""
+
+
+def parse_sources(items: Iterable[str]) -> dict[str, Path]:
+    """Parse `--source owner/repo=PATH` options into {repo: path}."""
+    out: dict[str, Path] = {}
+    for item in items:
+        repo, sep, path = item.partition("=")
+        if not sep or repo.count("/") != 1 or not path:
+            raise ValueError(
+                f"--source {item!r}: expected owner/repo=PATH (a git checkout or "
+                "bare git directory)"
+            )
+        p = Path(path).expanduser()
+        if not p.exists():
+            raise ValueError(f"--source {item!r}: {p} does not exist")
+        if repo in out:
+            raise ValueError(f"--source {repo} given twice")
+        out[repo] = p
+    return out
+
+
+def _git(checkout: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        ["git", "-C", str(checkout), *args], capture_output=True, timeout=60, check=False
+    )
+
+
+class GitFiles:
+    """Files of one commit of a checkout, read with `git show` (cached)."""
+
+    def __init__(self, checkout: Path, revision: Revision) -> None:
+        self.checkout, self.revision = checkout, revision
+        self._cache: dict[str, str | None] = {}
+        where = f"revision {revision.text!r}"
+        probe = _git(checkout, "rev-parse", "--git-dir")
+        if probe.returncode != 0:
+            raise PinnedSourceError(
+                f"{where}: {checkout} is not a git checkout or git directory "
+                f"({probe.stderr.decode(errors='replace').strip()})"
+            )
+        found = _git(checkout, "rev-parse", "--verify", "--quiet", f"{revision.commit}^{{commit}}")
+        if found.returncode != 0:
+            raise PinnedSourceError(
+                f"{where}: commit {revision.commit} does not exist in "
+                f"{checkout} (git rev-parse found no such commit)"
+            )
+        self.commit = found.stdout.decode().strip()
+
+    def read(self, path: str) -> str | None:
+        if path not in self._cache:
+            res = _git(self.checkout, "show", f"{self.commit}:{path}")
+            self._cache[path] = res.stdout.decode("utf-8") if res.returncode == 0 else None
+        return self._cache[path]
+
+    def module_path(self, dotted: str) -> str | None:
+        """The file of a dotted module in this repo (flat or src/ layout), or None."""
+        stem = dotted.replace(".", "/")
+        for candidate in (
+            f"{stem}.py",
+            f"{stem}/__init__.py",
+            f"src/{stem}.py",
+            f"src/{stem}/__init__.py",
+        ):
+            if self.read(candidate) is not None:
+                return candidate
+        return None
+
+
+@dataclass
+class ExtractedModule:
+    """Top-level definitions taken, unchanged, from one file of the repository."""
+
+    module: str
+    path: str
+    sha256: str
+    imports: list[str] = field(default_factory=list)  # runtime import statements kept as written
+    names: list[str] = field(default_factory=list)
+    code: str = ""
+    bindings: list[dict[str, Any]] = field(default_factory=list)  # names from other modules
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "module": self.module,
+            "path": self.path,
+            "sha256": self.sha256,
+            "imports": self.imports,
+            "names": self.names,
+            "code": self.code,
+            "bindings": self.bindings,
+        }
+
+
+def _runtime_names(node: ast.AST) -> tuple[set[str], dict[str, set[str]]]:
+    """Names a definition loads at run time (annotations excluded) and `alias.attr` uses."""
+    names: set[str] = set()
+    attrs: dict[str, set[str]] = {}
+    skip: set[int] = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.arg) and sub.annotation is not None:
+            skip.update(id(n) for n in ast.walk(sub.annotation))
+        if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)) and sub.returns is not None:
+            skip.update(id(n) for n in ast.walk(sub.returns))
+        if isinstance(sub, ast.AnnAssign):
+            skip.update(id(n) for n in ast.walk(sub.annotation))
+    for sub in ast.walk(node):
+        if id(sub) in skip:
+            continue
+        if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load):
+            names.add(sub.id)
+        if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name):
+            attrs.setdefault(sub.value.id, set()).add(sub.attr)
+    return names, attrs
+
+
+def _index(
+    tree: ast.Module,
+) -> tuple[dict[str, ast.stmt], dict[str, tuple[ast.stmt, str, str | None, int]]]:
+    """Top-level definitions by name, and imported names -> (stmt, module, attr, level)."""
+    defs: dict[str, ast.stmt] = {}
+    imports: dict[str, tuple[ast.stmt, str, str | None, int]] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defs[stmt.name] = stmt
+        elif isinstance(stmt, ast.Assign):
+            for target in stmt.targets:
+                if isinstance(target, ast.Name):
+                    defs[target.id] = stmt
+        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value:
+            defs[stmt.target.id] = stmt
+        elif isinstance(stmt, ast.Import):
+            for alias in stmt.names:
+                if alias.asname:
+                    imports[alias.asname] = (stmt, alias.name, None, 0)
+                else:  # `import a.b` binds `a`
+                    top = alias.name.split(".")[0]
+                    imports[top] = (stmt, top, None, 0)
+        elif isinstance(stmt, ast.ImportFrom):
+            for alias in stmt.names:
+                imports[alias.asname or alias.name] = (
+                    stmt,
+                    stmt.module or "",
+                    alias.name,
+                    stmt.level,
+                )
+    return defs, imports
+
+
+class Extractor:
+    """Collect a function and what it uses, across files of one commit."""
+
+    def __init__(self, files: GitFiles) -> None:
+        self.files = files
+        self.modules: dict[str, ExtractedModule] = {}
+        self.order: list[str] = []
+        self._trees: dict[str, tuple[ast.Module, str, dict, dict]] = {}
+        self._wanted: dict[str, set[str]] = {}
+
+    def _fail(self, message: str) -> PinnedSourceError:
+        return PinnedSourceError(f"revision {self.files.revision.text!r}: {message}")
+
+    def _load(self, module: str, path: str) -> tuple[ast.Module, str, dict, dict]:
+        if module not in self._trees:
+            text = self.files.read(path)
+            if text is None:
+                raise self._fail(f"file {path} does not exist at commit {self.files.commit}")
+            try:
+                tree = ast.parse(text)
+            except SyntaxError as err:
+                raise self._fail(
+                    f"{path} at {self.files.commit[:8]} does not parse: {err}"
+                ) from err
+            defs, imports = _index(tree)
+            self._trees[module] = (tree, text, defs, imports)
+        return self._trees[module]
+
+    def _resolve_module(self, module: str, level: int, here: str) -> str:
+        """The absolute dotted name of `from <level dots><module> import ...` inside `here`."""
+        if level:
+            base = here.split(".")[:-level] if level <= here.count(".") + 1 else []
+            return ".".join([*base, module] if module else base)
+        return module
+
+    def want(self, module: str, path: str, names: Iterable[str], root: bool = False) -> None:
+        """Mark `names` of `module` as needed, extracting their own dependencies."""
+        tree, text, defs, imports = self._load(module, path)
+        wanted = self._wanted.setdefault(module, set())
+        if module not in self.modules:
+            self.modules[module] = ExtractedModule(
+                module, path, hashlib.sha256(text.encode("utf-8")).hexdigest()
+            )
+        queue = list(names)
+        while queue:
+            name = queue.pop()
+            if name in wanted or name in dir(builtins):
+                continue
+            if name in defs:
+                wanted.add(name)
+                used, attrs = _runtime_names(defs[name])
+                queue.extend(n for n in used if n in defs or n in imports)
+                for alias, attr_names in attrs.items():
+                    if alias in imports:
+                        self._bind_import(module, path, alias, imports[alias], attr_names)
+            elif name in imports:
+                wanted.add(name)
+                self._bind_import(module, path, name, imports[name], None)
+            elif root:
+                raise self._fail(
+                    f"function {name} is not defined at the top level of {path} at "
+                    f"commit {self.files.commit[:8]} (cannot extract it)"
+                )
+        if module not in self.order:
+            self.order.append(module)
+
+    def _bind_import(
+        self,
+        module: str,
+        path: str,
+        alias: str,
+        entry: tuple[ast.stmt, str, str | None, int],
+        attrs: set[str] | None,
+    ) -> None:
+        stmt, target, attr, level = entry
+        ext = self.modules[module]
+        target = self._resolve_module(target, level, module)
+        top = target.split(".")[0]
+        local = self.files.module_path(top) is not None or level > 0
+        if not local:
+            if top not in RUNTIME_MODULES or importlib.util.find_spec(top) is None:
+                raise self._fail(
+                    f"{path} needs '{ast.unparse(stmt)}' for {alias}, and {top} is "
+                    f"neither in the repository nor an allowed runtime module "
+                    f"({', '.join(sorted(RUNTIME_MODULES))})"
+                )
+            line = ast.unparse(stmt)
+            if line not in ext.imports:
+                ext.imports.append(line)
+            return
+        if attr is not None:  # from pkg.mod import name  (name may be a submodule)
+            sub = f"{target}.{attr}" if target else attr
+            sub_path = self.files.module_path(sub)
+            if sub_path is not None and attrs is not None:
+                self.want(sub, sub_path, attrs)
+                binding = {
+                    "name": alias,
+                    "kind": "namespace",
+                    "module": sub,
+                    "attrs": sorted(attrs),
+                }
+            else:
+                mod_path = self.files.module_path(target)
+                if mod_path is None:
+                    raise self._fail(
+                        f"{path} imports {attr} from {target}, which is not in the "
+                        "repository at this commit"
+                    )
+                self.want(target, mod_path, [attr], root=True)
+                binding = {"name": alias, "kind": "object", "module": target, "attr": attr}
+        else:  # import pkg.mod as alias -> a namespace of the attributes used
+            mod_path = self.files.module_path(target)
+            if mod_path is None:
+                raise self._fail(
+                    f"{path} imports {target}, which is not in the repository at this commit"
+                )
+            used = sorted(attrs or ())
+            self.want(target, mod_path, used, root=True)
+            binding = {"name": alias, "kind": "namespace", "module": target, "attrs": used}
+        existing = [b for b in ext.bindings if b["name"] == alias]
+        if existing and existing[0].get("kind") == "namespace" and binding["kind"] == "namespace":
+            existing[0]["attrs"] = sorted(set(existing[0]["attrs"]) | set(binding["attrs"]))
+        elif not existing:
+            ext.bindings.append(binding)
+
+    def finish(self) -> list[ExtractedModule]:
+        """Fill each module's code with its wanted definitions, in source order."""
+        out = []
+        # dependencies were appended before their users finished, so `order` is dependency-first
+        for module in self.order:
+            tree, text, defs, imports = self._trees[module]
+            wanted = self._wanted[module]
+            ext = self.modules[module]
+            segments, names = [], []
+            for stmt in tree.body:
+                own = [n for n, s in defs.items() if s is stmt and n in wanted]
+                if own:
+                    segment = ast.get_source_segment(text, stmt, padded=True)
+                    if (
+                        isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                        and stmt.decorator_list
+                    ):
+                        first = min(d.lineno for d in stmt.decorator_list)
+                        segment = "\n".join(text.splitlines()[first - 1 : stmt.end_lineno])
+                    segments.append(segment)
+                    names.extend(own)
+            ext.code = "\n\n\n".join(segments) + "\n"
+            ext.names = names
+            out.append(ext)
+        return out
+
+
+def extract(
+    files: GitFiles, function: str, extra_roots: Iterable[str] = ()
+) -> list[ExtractedModule]:
+    """Extract `function` (and optional extra roots present in the file) from the revision's path."""
+    rev = files.revision
+    module = rev.path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+    module = module.removeprefix("src.")
+    text = files.read(rev.path)
+    if text is None:
+        raise PinnedSourceError(
+            f"revision {rev.text!r}: file {rev.path} does not exist at commit {files.commit}"
+        )
+    ex = Extractor(files)
+    ex.want(module, rev.path, [function], root=True)
+    _, _, defs, _ = ex._load(module, rev.path)
+    extra = [r for r in extra_roots if r in defs]
+    if extra:
+        ex.want(module, rev.path, extra)
+    return ex.finish()
+
+
+def _given_config_keys(rev: Revision) -> set[str]:
+    """Spindle config keys the revision itself sets (its defaults are left to `_loss_config`)."""
+    keys = set(rev.kwargs.get("loss_config") or {}) | (
+        set(rev.kwargs) - {"loss_name", "loss_config"}
+    )
+    if rev.clip_bounds is not None:
+        keys |= {"clip_low_threshold", "clip_high_threshold"}
+    return keys
+
+
+def _verl_config_fields(ref: ResolvedReference) -> dict[str, Any]:
+    """The actor-config fields the revision sets; unset thresholds stay None so the pinned
+    function applies its own fallbacks (clip_ratio for low/high, its `.get` default for c)."""
+    rev, p = ref.revision, ref.params
+    fields: dict[str, Any] = {
+        key: rev.kwargs.get(key) for key in ("clip_ratio", "clip_ratio_low", "clip_ratio_high")
+    }
+    if rev.clip_bounds is not None:  # `clip LO/HI` shorthand: absolute bounds, resolved
+        fields["clip_ratio_low"], fields["clip_ratio_high"] = (
+            p["clip_ratio_low"],
+            p["clip_ratio_high"],
+        )
+    if "clip_ratio_c" in rev.kwargs:
+        fields["clip_ratio_c"] = rev.kwargs["clip_ratio_c"]
+    fields.update(
+        global_batch_info=dict(p["global_batch_info"]),
+        policy_loss={"loss_mode": p["loss_mode"]},
+        loss_agg_mode=p["loss_agg_mode"],
+    )
+    return fields
+
+
+def run_pinned(
+    ref: ResolvedReference, checkout: Path, fixture: Fixture, timeout_s: float = 120.0
+) -> ReferenceResult:
+    """Execute the pinned reference of `ref` from `checkout` on `fixture` in a subprocess."""
+    rev = ref.revision
+    adapter = ADAPTERS.get(rev.function)
+    if adapter is None:
+        raise PinnedSourceError(
+            f"revision {rev.text!r}: no layout adapter for function "
+            f"{rev.function}; losslab adapts {sorted(ADAPTERS)}"
+        )
+    files = GitFiles(checkout, rev)
+    modules = extract(files, rev.function, EXTRA_ROOTS.get(adapter, ()))
+    root_module = modules[-1].module if modules else ""
+    for m in modules:
+        if m.path == rev.path:
+            root_module = m.module
+    payload = {
+        "modules": [m.to_dict() for m in modules],
+        "root_module": root_module,
+        "function": rev.function,
+        "extra_roots": [
+            r for r in EXTRA_ROOTS.get(adapter, ()) if any(r in m.names for m in modules)
+        ],
+        "adapter": adapter,
+        "params": ref.params,
+        "raw_config_keys": sorted(_given_config_keys(rev)),
+        "config_fields": _verl_config_fields(ref) if adapter == "verl_padded" else {},
+        "sequences": fixture.to_json_dict()["sequences"],
+    }
+    with tempfile.TemporaryDirectory(prefix="losslab-pinned-") as tmp:
+        inp, out = Path(tmp) / "input.json", Path(tmp) / "output.json"
+        inp.write_text(json.dumps(payload), encoding="utf-8")
+        env = {
+            "PATH": os.environ.get("PATH", ""),
+            "OMP_NUM_THREADS": "1",
+            "HOME": tmp,
+            "NO_PROXY": "*",
+            "no_proxy": "*",
+        }
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-I", str(RUNNER), str(inp), str(out)],
+                capture_output=True,
+                timeout=timeout_s,
+                cwd=tmp,
+                env=env,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as err:
+            raise PinnedSourceError(
+                f"revision {rev.text!r}: pinned source ran past {timeout_s:.0f} s and was stopped"
+            ) from err
+        if proc.returncode != 0 or not out.exists():
+            tail = proc.stderr.decode(errors="replace").strip().splitlines()[-8:]
+            raise PinnedSourceError(
+                f"revision {rev.text!r}: executing the extracted source failed "
+                f"(exit {proc.returncode}):\n  " + "\n  ".join(tail)
+            )
+        result = json.loads(out.read_text(encoding="utf-8"))
+    grads = [np.asarray(g, dtype=np.float32) for g in result["grad_D"]]
+    blocked = []
+    for seq, g in zip(fixture.sequences, grads, strict=True):
+        # inferred: a loss token with A != 0 whose gradient is exactly zero was clipped/masked
+        blocked.append((g == 0) & (seq.loss_mask != 0) & (seq.advantages != 0))
+    root = next(m for m in modules if m.path == rev.path)
+    return ReferenceResult(
+        loss=float(result["loss"]),
+        per_sequence_loss=[float(x) for x in result["per_sequence_loss"]],
+        grad_D=grads,
+        blocked_D=blocked,
+        source={
+            "kind": "pinned_source",
+            "label": f"pinned source executed: {rev.repo}@{files.commit}:{rev.path}::{rev.function} "
+            f"from {checkout}",
+            "checkout": str(checkout),
+            "commit": files.commit,
+            "file_sha256": root.sha256,
+            "adapter": adapter,
+            "extracted": {m.path: {"sha256": m.sha256, "names": m.names} for m in modules},
+            "effective_params": ref.params,
+            "notes": list(ref.notes)
+            + [
+                "clip/mask token sets inferred from exact-zero gradients on loss tokens with A != 0"
+            ],
+            "native_metrics": result.get("native_metrics", {}),
+        },
+        dtype="float32",
+        blocked_scope="nonzero_adv",
+    )

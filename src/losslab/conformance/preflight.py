@@ -1,0 +1,392 @@
+"""Correctness preflight: our losses against the plan's pinned baseline and reference.
+
+For each `correctness_preflight.paths[i]` of a plan, on one fixed fixture (see `fixtures`):
+
+- our baseline arm's loss vs the `baseline_revision` (value and gradient w.r.t. current log-probs),
+- our treatment arm's loss vs the `reference_revision` (value and gradient),
+
+each reference obtained either by executing its pinned source from a checkout the user named
+(`sources={"owner/repo": path}`) or, without one, by losslab's re-derivation (labelled as such).
+Values are compared in the reference's value convention (Stable-RL returns -A*sg(w)*M*logp, not
+the surrogate), gradients with the arm's loss as trained. Errors are computed in float64 and
+checked against the plan's `tolerances`; the report has the seed report's fields plus, per check,
+the tolerance used and pass/fail, and the share of tokens the clip and the mask fired on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from losslab.conformance.fixtures import Fixture, generate_fixture, token_tensors
+from losslab.conformance.metrics import Tolerance, check_tolerance
+from losslab.conformance.pinned import PinnedSourceError, run_pinned
+from losslab.conformance.references import (
+    ReferenceResult,
+    ResolvedReference,
+    rederive,
+    resolve_reference,
+)
+from losslab.conformance.revision import RevisionError, parse_revision
+
+CHECKS = ("baseline_loss", "baseline_gradient", "reference_loss", "reference_gradient")
+PRECISION = "float32 CPU torch (Tinker logprobs dtype); errors computed in float64"
+
+LossCallable = Callable[[Any], Any]  # TokenData -> LossOutput (loss, metrics, kept_D)
+
+
+class PreflightError(ValueError):
+    """The preflight cannot run as asked (bad plan path, unknown reference, missing source)."""
+
+
+@dataclass(frozen=True)
+class Implementation:
+    """The loss under test for one arm.
+
+    Args:
+        loss_fn: the arm's loss as trained; its gradient is compared with the reference's.
+        value_fn: the same loss written in the reference's value convention (defaults to
+            `loss_fn`); its value is compared with the reference's loss.
+        label: what the report calls it (e.g. the registry spec string).
+    """
+
+    loss_fn: LossCallable
+    value_fn: LossCallable | None = None
+    label: str = ""
+    value_label: str = ""
+
+
+def implementation_revision() -> str:
+    """`losslab <version> losslab/losses sha256 <hex>` over the loss package's source files."""
+    import losslab
+    import losslab.losses
+
+    root = Path(losslab.losses.__file__).parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0")
+        h.update(path.read_bytes())
+    return f"losslab {losslab.__version__} losslab/losses/*.py sha256 {h.hexdigest()}"
+
+
+def _value_spec(loss_fn: Any, ref: ResolvedReference) -> Any:
+    """Our loss re-bound to the reference's value convention (gradient unchanged)."""
+    from losslab.losses import get_loss
+
+    if ref.value_convention == "logprob" and getattr(loss_fn, "params", {}).get(
+        "surrogate"
+    ) not in (None, "logprob"):
+        params = {k: v for k, v in loss_fn.params.items() if v is not None}  # None = default
+        return get_loss(loss_fn.name, **{**params, "surrogate": "logprob"})
+    return loss_fn
+
+
+def _spec_text(loss_fn: Any) -> str:
+    params = getattr(loss_fn, "params", None)
+    if params is None:
+        return getattr(loss_fn, "__name__", repr(loss_fn))
+    return f"{loss_fn.name}(" + ", ".join(f"{k}={v!r}" for k, v in params.items()) + ")"
+
+
+def plan_implementations(plan: Any, path: Any) -> dict[str, Implementation]:
+    """Our losslab.losses implementation of the plan's baseline and treatment arms for `path`."""
+    from losslab.losses import parse_loss_spec
+    from losslab.plan import resolve_loss
+
+    out = {}
+    for role, rev_text in (
+        ("baseline", path.baseline_revision),
+        ("treatment", path.reference_revision),
+    ):
+        arm = plan.arm(role)
+        spec = resolve_loss(arm.loss, path.baseline_revision, path.reference_revision).spec
+        loss_fn = parse_loss_spec(spec)
+        ref = resolve_reference(parse_revision(rev_text))
+        value_fn = _value_spec(loss_fn, ref)
+        out[role] = Implementation(
+            loss_fn, value_fn, label=f"{arm.name}: {spec}", value_label=_spec_text(value_fn)
+        )
+    return out
+
+
+def _obtain(
+    ref: ResolvedReference, fixture: Fixture, sources: Mapping[str, Path], strict_sources: bool
+) -> ReferenceResult:
+    checkout = sources.get(ref.revision.repo)
+    if checkout is None:
+        return rederive(ref, fixture)
+    try:
+        return run_pinned(ref, Path(checkout), fixture)
+    except PinnedSourceError as err:
+        if strict_sources:
+            raise
+        result = rederive(ref, fixture)
+        result.source["fallback_reason"] = str(err)
+        result.source["label"] = (
+            "FALLBACK: pinned source could not be used; " + result.source["label"]
+        )
+        return result
+
+
+def _run_ours(
+    fn: LossCallable, fixture: Fixture
+) -> tuple[float, list[np.ndarray], list[np.ndarray]]:
+    from losslab.losses import TokenData
+
+    data = TokenData(**token_tensors(fixture))
+    out = fn(data)
+    grads = torch.autograd.grad(out.loss, data.logprobs_D, allow_unused=True)
+    grad_D = [
+        np.zeros(len(x), np.float32) if g is None else g.detach().numpy()
+        for g, x in zip(grads, data.logprobs_D, strict=True)
+    ]
+    kept = [k.detach().numpy().astype(bool) for k in out.kept_D]
+    return float(out.loss.detach()), grad_D, kept
+
+
+def _fractions(
+    blocked_D: list[np.ndarray], fixture: Fixture, scope: str = "all"
+) -> dict[str, float | int | None]:
+    """Share of loss tokens (and of those with A != 0) the clip/mask zeroed; with scope
+    "nonzero_adv" (sets inferred from gradients) only the A != 0 share is known."""
+    loss_tok = np.concatenate([s.loss_mask != 0 for s in fixture.sequences])
+    nonzero = np.concatenate([(s.loss_mask != 0) & (s.advantages != 0) for s in fixture.sequences])
+    blocked = np.concatenate(blocked_D) & loss_tok
+    if scope == "nonzero_adv":
+        return {
+            "fraction": None,
+            "fraction_nonzero_adv": float((blocked & nonzero).sum() / max(nonzero.sum(), 1)),
+            "tokens": None,
+            "tokens_nonzero_adv": int((blocked & nonzero).sum()),
+        }
+    return {
+        "fraction": float(blocked.sum() / max(loss_tok.sum(), 1)),
+        "fraction_nonzero_adv": float((blocked & nonzero).sum() / max(nonzero.sum(), 1)),
+        "tokens": int(blocked.sum()),
+        "tokens_nonzero_adv": int((blocked & nonzero).sum()),
+    }
+
+
+def _set_difference(
+    ours: list[np.ndarray], theirs: list[np.ndarray], fixture: Fixture, limit: int = 10
+) -> dict[str, Any]:
+    """(seq, t) loss tokens with A != 0 that one side blocks and the other keeps."""
+    only_ours, only_ref = [], []
+    for i, (a, b, s) in enumerate(zip(ours, theirs, fixture.sequences, strict=True)):
+        live = (s.loss_mask != 0) & (s.advantages != 0)
+        only_ours += [(i, int(t)) for t in np.flatnonzero(a & ~b & live)]
+        only_ref += [(i, int(t)) for t in np.flatnonzero(b & ~a & live)]
+    return {
+        "only_ours": len(only_ours),
+        "only_reference": len(only_ref),
+        "examples_only_ours": only_ours[:limit],
+        "examples_only_reference": only_ref[:limit],
+    }
+
+
+def _normalization(base: ResolvedReference, ref: ResolvedReference) -> str:
+    parts = [
+        "sum over loss-mask tokens (Tinker forward_backward convention); ours: per-datum "
+        "unpacked list, reduction='sum'"
+    ]
+    for role, r in (("baseline", base), ("reference", ref)):
+        if r.family == "spindle":
+            parts.append(f"{role}: Spindle _loss on packed rows, -sum(m*J) (plain masked sum)")
+        else:
+            info = r.params["global_batch_info"]
+            parts.append(
+                f"{role}: Stable-RL agg_loss {r.params['loss_agg_mode']} with "
+                + ", ".join(f"{k}={v}" for k, v in info.items())
+                + (
+                    " == masked sum"
+                    if info == {"dp_size": 1, "batch_num_tokens": 1}
+                    and r.params["loss_agg_mode"] == "token-mean"
+                    else ""
+                )
+                + " on zero-padded [B, T] rows"
+            )
+    return "; ".join(parts)
+
+
+def _compared(role: str, impl: Implementation, ref: ResolvedReference) -> dict[str, str]:
+    value = impl.value_label or impl.label
+    conv = (
+        "Stable-RL value convention: -sum A*sg(min(r, c))*M*logp (surrogate='logprob')"
+        if ref.value_convention == "logprob"
+        else "the surrogate value"
+    )
+    return {
+        f"{role}_loss": f"ours {value} vs {ref.revision.short}, {conv}",
+        f"{role}_gradient": f"d loss/d current logprobs of ours as trained ({impl.label}) vs "
+        f"{ref.revision.short}",
+    }
+
+
+def run_path(
+    path: Any,
+    implementations: Mapping[str, Implementation],
+    fixture: Fixture,
+    sources: Mapping[str, Path] | None = None,
+    strict_sources: bool = False,
+) -> dict[str, Any]:
+    """Run one preflight path and return its report entry (see module docstring)."""
+    sources = sources or {}
+    resolved = {}
+    for role, key in (("baseline", "baseline_revision"), ("reference", "reference_revision")):
+        text = getattr(path, key)
+        if not text:
+            raise PreflightError(f"correctness_preflight path {path.id!r}: {key} is missing")
+        resolved[role] = resolve_reference(parse_revision(text))
+    results = {role: _obtain(r, fixture, sources, strict_sources) for role, r in resolved.items()}
+    entry: dict[str, Any] = {
+        "id": path.id,
+        "fixed_input": {
+            "sha256": fixture.sha256(),
+            "description": fixture.description(),
+            "generator": fixture.spec.to_generator_block() if fixture.spec else None,
+        },
+        "baseline_revision": path.baseline_revision,
+        "reference_revision": path.reference_revision,
+        "implementation_revision": implementation_revision(),
+        "implementation": {},
+        "reference_sources": {role: r.source for role, r in results.items()},
+        "precision": PRECISION,
+        "normalization": _normalization(resolved["baseline"], resolved["reference"]),
+        "compared": {},
+        "errors": {},
+        "checks": {},
+        "fired": {},
+        "token_set_differences": {},
+    }
+    tolerances = path.tolerances
+    for role, impl_key, ref_key in (
+        ("baseline", "baseline", "baseline"),
+        ("reference", "treatment", "reference"),
+    ):
+        impl, ref, res = implementations[impl_key], resolved[ref_key], results[ref_key]
+        value_loss, _, _ = _run_ours(impl.value_fn or impl.loss_fn, fixture)
+        _, grad_D, kept_D = _run_ours(impl.loss_fn, fixture)
+        entry["implementation"][impl_key] = {
+            "loss": impl.label,
+            "value_convention_loss": impl.value_label or impl.label,
+        }
+        entry["compared"].update(_compared(role, impl, ref))
+        for kind, ours, theirs in (
+            ("loss", value_loss, res.loss),
+            ("gradient", grad_D, res.grad_D),
+        ):
+            name = f"{role}_{kind}"
+            tol_block = getattr(tolerances, name, None)
+            if tol_block is None:
+                raise PreflightError(
+                    f"correctness_preflight path {path.id!r}: tolerances.{name} "
+                    "is missing; expected atol, rtol (and min_cosine)"
+                )
+            tol = (
+                tol_block
+                if isinstance(tol_block, Tolerance)
+                else Tolerance.from_dict(
+                    tol_block.model_dump() if hasattr(tol_block, "model_dump") else dict(tol_block),
+                    where=f"tolerances.{name}",
+                )
+            )
+            chk = check_tolerance(ours, theirs, tol)
+            entry["errors"][name] = chk.metrics.to_dict()
+            entry["checks"][name] = {
+                "passed": chk.passed,
+                "tolerance": tol.to_dict(),
+                "violations": chk.violations,
+                "cosine_ok": chk.cosine_ok,
+                "worst_index": chk.worst_index,
+                "worst_excess": chk.worst_excess,
+            }
+        blocked_ours = [~k for k in kept_D]
+        entry["fired"][impl_key] = {
+            "ours": _fractions(blocked_ours, fixture),
+            "reference": _fractions(res.blocked_D, fixture, res.blocked_scope),
+        }
+        entry["token_set_differences"][role] = _set_difference(blocked_ours, res.blocked_D, fixture)
+    entry["passed"] = all(c["passed"] for c in entry["checks"].values())
+    return entry
+
+
+def run_preflight(
+    plan_path: str | Path,
+    sources: Mapping[str, Path] | None = None,
+    fixture: Fixture | None = None,
+    implementations: Mapping[str, Implementation] | None = None,
+    strict_sources: bool = False,
+) -> dict[str, Any]:
+    """Run every `correctness_preflight.paths[i]` of the plan at `plan_path`.
+
+    Args:
+        plan_path: the plan JSON (validated with `losslab.plan.load_plan`).
+        sources: {"owner/repo": checkout path} whose pinned source may be executed; a repo not
+            named here is compared through losslab's re-derivation.
+        fixture: the fixed input (default `generate_fixture()`: set A, seed 0).
+        implementations: {"baseline": ..., "treatment": ...} losses under test (default: the
+            plan's arms resolved to `losslab.losses`); used to test mutated copies.
+        strict_sources: raise instead of falling back to the re-derivation when a named checkout
+            lacks the pinned commit or the source cannot be extracted/run.
+    """
+    from losslab.plan import load_plan
+
+    plan = load_plan(plan_path)
+    fixture = fixture or generate_fixture()
+    if plan.correctness_preflight is None or not plan.correctness_preflight.paths:
+        raise PreflightError(f"{plan_path}: correctness_preflight.paths is empty; nothing to check")
+    paths = []
+    for path in plan.correctness_preflight.paths:
+        if path.kind != "loss":
+            raise PreflightError(
+                f"correctness_preflight path {path.id!r}: kind = {path.kind!r}; "
+                "expected 'loss' (module paths are checked by `losslab conform`)"
+            )
+        try:
+            impls = dict(implementations) if implementations else plan_implementations(plan, path)
+            paths.append(run_path(path, impls, fixture, sources, strict_sources))
+        except (RevisionError, PinnedSourceError) as err:
+            raise PreflightError(f"correctness_preflight path {path.id!r}: {err}") from err
+    named = {
+        parse_revision(getattr(p, key)).repo
+        for p in plan.correctness_preflight.paths
+        for key in ("baseline_revision", "reference_revision")
+    }
+    return {
+        "required": plan.correctness_preflight.required,
+        "passed": all(p["passed"] for p in paths),
+        "unused_sources": sorted(set(sources or {}) - named),
+        "torch": torch.__version__,
+        "paths": paths,
+    }
+
+
+def write_report(report: Mapping[str, Any], out: str | Path) -> Path:
+    """Write the report atomically (temp file in the same folder, then os.replace)."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(report, fh, indent=1, default=_json_default)
+        fh.write("\n")
+    os.replace(tmp, out)
+    return out
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (np.floating, np.integer)):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
