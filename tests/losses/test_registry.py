@@ -192,3 +192,12 @@ def test_as_tinker_loss_fn_passes_global_counts_and_supports_cross_entropy():
     custom = as_tinker_loss_fn(get_loss("cross_entropy", reduction="token-mean"), num_tokens=4)
     loss, _ = custom(data, lp)
     assert loss.item() == pytest.approx(0.15, rel=1e-6)
+
+
+def test_params_round_trip_through_get_loss_keeps_optional_none():
+    # `norm_constant` is annotated `float | None`; its default None must be accepted when a
+    # caller passes LossFn.params back in (the conformance preflight does exactly this).
+    fn = get_loss("ppo")
+    again = get_loss("ppo", **fn.params)
+    assert again.params == fn.params
+    assert again.params["norm_constant"] is None

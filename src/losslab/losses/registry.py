@@ -20,6 +20,7 @@ from __future__ import annotations
 import inspect
 import math
 import re
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
@@ -111,7 +112,8 @@ def _check_value(loss: str, key: str, value: Any, hint: Any) -> Any:
         if value not in choices:
             raise ValueError(f"{where} is not valid; expected one of {', '.join(choices)}")
         return value
-    optional = get_origin(hint) is Union and type(None) in get_args(hint)
+    # `float | None` is a types.UnionType, `Optional[float]` a typing.Union: accept both.
+    optional = get_origin(hint) in (Union, types.UnionType) and type(None) in get_args(hint)
     if value is None and optional:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
