@@ -1,0 +1,117 @@
+"""Greedy evaluation on a task's test split: per-item results for the paired decision rule."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import tinker
+
+from losslab.engine.rl import resolve
+from losslab.tasks.base import ChatRenderer, Problem, Task
+
+__all__ = ["EvalItem", "accuracy", "evaluate", "load_eval", "save_eval"]
+
+
+@dataclass(frozen=True)
+class EvalItem:
+    """One graded test item (`correct` is what the paired decision rule pairs on `id`)."""
+
+    id: str
+    answer: str
+    prediction: str | None
+    correct: bool
+    format: bool
+    reward: float
+    completion: str
+    completion_tokens: int
+
+
+def evaluate(
+    sampling_client: Any,
+    task: Task,
+    problems: Sequence[Problem],
+    renderer: ChatRenderer,
+    *,
+    max_tokens: int,
+    batch: int = 64,
+    seed: int = 0,
+) -> list[EvalItem]:
+    """Greedy (temperature 0) completions of every problem, graded by the task, in input order.
+
+    `batch` prompts are submitted before any result is read, so a batching backend decodes them
+    together; on the Tinker service it bounds the requests in flight.
+    """
+    if batch < 1 or max_tokens < 1:
+        raise ValueError(
+            f"batch and max_tokens must be >= 1, got batch={batch}, max_tokens={max_tokens}"
+        )
+    params = tinker.SamplingParams(
+        max_tokens=max_tokens, temperature=0.0, seed=seed, stop=list(renderer.stop_token_ids)
+    )
+    items: list[EvalItem] = []
+    for start in range(0, len(problems), batch):
+        chunk = problems[start : start + batch]
+        futures = [
+            sampling_client.sample(
+                prompt=renderer.build_prompt(task.messages(p)),
+                num_samples=1,
+                sampling_params=params,
+            )
+            for p in chunk
+        ]
+        for problem, future in zip(chunk, futures, strict=True):
+            seq = resolve(future).sequences[0]
+            text, stopped = renderer.parse(seq.tokens)
+            grade = task.grade(problem, text, stopped)
+            items.append(
+                EvalItem(
+                    id=problem.id,
+                    answer=problem.answer,
+                    prediction=grade.prediction,
+                    correct=grade.correct,
+                    format=grade.format,
+                    reward=grade.reward,
+                    completion=text,
+                    completion_tokens=len(seq.tokens),
+                )
+            )
+    return items
+
+
+def accuracy(items: Sequence[EvalItem]) -> float:
+    """Share of items graded correct (exact match)."""
+    if not items:
+        raise ValueError("accuracy of an empty evaluation is undefined")
+    return sum(item.correct for item in items) / len(items)
+
+
+def save_eval(
+    path: str | Path, items: Sequence[EvalItem], meta: dict[str, Any] | None = None
+) -> None:
+    """Write per-item results as JSONL atomically (`eval_<arm>.jsonl`), optional meta first line."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        if meta is not None:
+            f.write(json.dumps({"meta": {**meta, "written_at": time.time()}}) + "\n")
+        for item in items:
+            f.write(json.dumps(asdict(item)) + "\n")
+    os.replace(tmp, path)
+
+
+def load_eval(path: str | Path) -> list[EvalItem]:
+    """Read the items written by `save_eval` (the meta line is skipped)."""
+    items = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        record = json.loads(line) if line.strip() else None
+        if record and "meta" not in record:
+            items.append(EvalItem(**record))
+    return items
