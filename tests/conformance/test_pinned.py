@@ -19,7 +19,7 @@ from losslab.conformance.pinned import (
     run_pinned,
 )
 from losslab.conformance.references import rederive, resolve_reference
-from losslab.conformance.revision import parse_revision
+from losslab.plan import parse_revision
 
 from .conftest import SPINDLE_PATH, VERL_PATH, RefRepo
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from losslab.conformance.references import resolve_reference
-from losslab.conformance.revision import RevisionError, parse_revision
+from losslab.plan import RevisionError, parse_revision
 
 PLAN = Path(__file__).resolve().parents[2] / "examples" / "gsm8k_dppo_vs_grpo.json"
 

@@ -46,4 +46,4 @@ from losslab.conformance.references import (  # noqa: F401
     rederive,
     resolve_reference,
 )
-from losslab.conformance.revision import Revision, RevisionError, parse_revision  # noqa: F401
+from losslab.plan import Revision, RevisionError, parse_revision  # noqa: F401

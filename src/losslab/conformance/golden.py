@@ -40,7 +40,7 @@ from losslab.conformance.references import (
     rederive,
     resolve_reference,
 )
-from losslab.conformance.revision import Revision, RevisionError, parse_revision
+from losslab.plan import Revision, RevisionError, parse_revision
 
 DEFAULT_TOLERANCE = 1e-6
 # Stable-RL params in the set A file that document the call and are not arguments to map.

@@ -32,7 +32,7 @@ import numpy as np
 
 from losslab.conformance.fixtures import Fixture
 from losslab.conformance.references import ReferenceResult, ResolvedReference
-from losslab.conformance.revision import Revision
+from losslab.plan import Revision
 
 RUNNER = Path(__file__).with_name("pinned_runner.py")
 # Third-party/stdlib modules the runner may import for the reference (everything else must come

@@ -36,7 +36,7 @@ from losslab.conformance.references import (
     rederive,
     resolve_reference,
 )
-from losslab.conformance.revision import RevisionError, parse_revision
+from losslab.plan import RevisionError, parse_revision
 
 CHECKS = ("baseline_loss", "baseline_gradient", "reference_loss", "reference_gradient")
 PRECISION = "float32 CPU torch (Tinker logprobs dtype); errors computed in float64"

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from losslab.conformance.fixtures import Fixture
-from losslab.conformance.revision import Revision, RevisionError
+from losslab.plan import Revision, RevisionError
 
 SPINDLE_REPO = "modal-projects/spindle"
 STABLE_RL_REPO = "sail-sg/Stable-RL"

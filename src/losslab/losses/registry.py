@@ -1,13 +1,14 @@
 """Losses by name: `get_loss(name, **params)` and spec strings for plans and the CLI.
 
-Spec-string grammar (whitespace allowed around tokens):
+Spec strings follow `losslab.callspec`'s call grammar with bare words allowed:
 
     spec  := NAME [ "(" [ param ("," param)* [","] ] ")" ]
     param := KEY "=" value
-    value := number | inf | 'quoted' | "quoted" | bare-word      e.g. 0.8, 1e-3, 10, inf, token-mean
+    value := number | inf | 'quoted' | "quoted" | None | bare-word     e.g. 1e-3, 10, inf, token-mean
 
 Examples: `ppo`, `ppo(clip_low=0.8, clip_high=1.2)`,
 `dppo_binary_tv(low=0.15, high=0.15, clip_ratio_c=10, reduction=seq-mean-token-sum-norm)`.
+Integers are read as floats (every numeric parameter is a float).
 `clip_low`/`clip_high` are accepted as short aliases of Tinker's `clip_low_threshold`/
 `clip_high_threshold`. Parameters are validated like Spindle's `_loss_config`: each loss takes
 only its own keys, numbers are finite (`clip_ratio_c` may be inf), 0 ≤ low ≤ high for
@@ -19,12 +20,12 @@ from __future__ import annotations
 
 import inspect
 import math
-import re
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
+from losslab.callspec import CallSpecError, format_call, parse_call
 from losslab.losses import policy
 from losslab.losses.data import TokenData
 from losslab.losses.policy import LossOutput
@@ -77,15 +78,8 @@ class LossFn:
     @property
     def spec(self) -> str:
         """The canonical spec string; `parse_loss_spec(fn.spec)` rebuilds an equal LossFn."""
-        args = ", ".join(f"{k}={_format(v)}" for k, v in self.params.items() if v is not None)
-        return f"{self.name}({args})"
-
-
-def _format(value: Any) -> str:
-    if isinstance(value, float):
-        return "inf" if value == math.inf else repr(value)
-    text = str(value)
-    return text if re.fullmatch(r"[A-Za-z_][\w.-]*", text) else repr(text)
+        params = {k: v for k, v in self.params.items() if v is not None}
+        return format_call(self.name, params, bare_words=True)
 
 
 def loss_parameters(name: str) -> dict[str, Any]:
@@ -168,42 +162,18 @@ def get_loss(name: str, **params: Any) -> LossFn:
     return LossFn(name=name, params=resolved, fn=fn)
 
 
-_SPEC = re.compile(r"\s*([A-Za-z_]\w*)\s*(?:\((.*)\))?\s*", re.DOTALL)
-_PARAM = re.compile(r"\s*([A-Za-z_]\w*)\s*=\s*('[^']*'|\"[^\"]*\"|[^,'\"=\s]+)\s*(?:,|$)")
-
-
-def _parse_value(text: str) -> Any:
-    if text[:1] in "'\"":
-        return text[1:-1]
-    try:
-        return float(text)
-    except ValueError:
-        return text
-
-
 def parse_loss_spec(text: str) -> LossFn:
     """Parse `name(key=value, ...)` into a LossFn (grammar in the module docstring)."""
     if not isinstance(text, str):
         raise ValueError(f"loss spec must be a string, got {type(text).__name__}")
-    match = _SPEC.fullmatch(text)
-    if match is None:
+    try:
+        name, params = parse_call(text, what="loss spec", bare_words=True)
+    except CallSpecError as exc:
+        if exc.part is not None:
+            raise
         raise ValueError(
-            f"cannot parse loss spec {text!r}; expected name or name(key=value, ...), "
-            f"e.g. 'ppo(clip_low=0.8, clip_high=1.2)'; valid losses: {', '.join(LOSS_NAMES)}"
-        )
-    name, body = match.group(1), (match.group(2) or "").strip()
-    params: dict[str, Any] = {}
-    pos = 0
-    while pos < len(body):
-        m = _PARAM.match(body, pos)
-        if m is None or m.end() == pos:
-            raise ValueError(
-                f"cannot parse parameters {body[pos:]!r} in loss spec {text!r}; "
-                "expected key=value pairs separated by commas"
-            )
-        key = m.group(1)
-        if key in params:
-            raise ValueError(f"parameter {key!r} is given twice in loss spec {text!r}")
-        params[key] = _parse_value(m.group(2))
-        pos = m.end()
-    return get_loss(name, **params)
+            f"{exc}, e.g. 'ppo(clip_low=0.8, clip_high=1.2)'; valid losses: {', '.join(LOSS_NAMES)}"
+        ) from None
+    # numbers are floats here: `10` and `10.0` are the same parameter value
+    floats = {k: float(v) if type(v) is int else v for k, v in params.items()}
+    return get_loss(name, **floats)

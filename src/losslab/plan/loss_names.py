@@ -13,6 +13,10 @@ the trained loss is the one the preflight checks:
   divergence, a `_recompute` suffix anchors on recomputed old log-probs instead of the sampler's,
   `clip_ratio` is the divergence threshold (both directions), `clip_ratio_c` the IS-weight cap.
 
+Pinned revisions `owner/repo@commit:path::function(kw=value, ...) — description` are parsed here
+(`parse_revision`, `Revision`, `RevisionError`): the one revision parser, which
+`losslab.conformance` imports. Argument lists and spec strings use `losslab.callspec`'s grammar.
+
 `plan` may not import `losses` (layering), so the registry's names are mirrored in
 `REGISTRY_LOSS_NAMES`; `losslab.losses.parse_loss_spec` checks the parameters when the run builds
 the loss.
@@ -20,10 +24,18 @@ the loss.
 
 from __future__ import annotations
 
-import ast
 import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from losslab.callspec import (
+    CallSpecError,
+    format_call,
+    parse_call,
+    parse_value,
+    split_keyword,
+    split_top_level,
+)
 
 REGISTRY_LOSS_NAMES: frozenset[str] = frozenset(
     {
@@ -41,28 +53,73 @@ REGISTRY_LOSS_NAMES: frozenset[str] = frozenset(
 PLAN_LOSS_NAMES = ("grpo_clip_eps<eps>", "grpo_clip", "dppo_divergence_mask")
 
 _GRPO_RE = re.compile(r"^grpo_clip(?:_eps(?P<eps>\d+(?:\.\d+)?))?$")
-_SPEC_RE = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*(?:\((?P<args>.*)\))?\s*$", re.S)
-_REVISION_RE = re.compile(
-    r"^(?P<repo>[^@\s]+)@(?P<commit>[0-9a-fA-F]+):(?P<path>[^:]+)::"
-    r"(?P<function>[A-Za-z_][A-Za-z0-9_.]*)\((?P<args>[^)]*)\)",
+_REVISION_HEAD = re.compile(
+    r"(?P<repo>[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*)"
+    r"@(?P<commit>[0-9a-fA-F]{7,40})"
+    r":(?P<path>[^:\s]+)"
+    r"::(?P<function>[A-Za-z_][A-Za-z0-9_.]*)"
+    r"(?:\((?P<args>.*)\))?",
+    re.DOTALL,
 )
-_CLIP_TEXT_RE = re.compile(r"clip\s+(?P<low>\d+(?:\.\d+)?)\s*/\s*(?P<high>\d+(?:\.\d+)?)")
+_CLIP_SHORTHAND = re.compile(r"\s*clip\s+(?P<lo>[0-9.eE+-]+)\s*/\s*(?P<hi>[0-9.eE+-]+)\s*")
+_DESCRIPTION_SEPARATORS = (" \u2014 ", " -- ")
 
 
 class LossNameError(ValueError):
     """An arm's loss name cannot be resolved to a registry spec; the message says why."""
 
 
+class RevisionError(ValueError):
+    """A revision string that cannot be parsed or resolved; the message names the string.
+
+    The one error type for revisions: `losslab.conformance` raises it too (unknown reference,
+    bad parameter).
+    """
+
+
 @dataclass(frozen=True)
 class Revision:
-    """A pinned source revision `repo@commit:path::function(kw=value, ...)`."""
+    """A pinned source revision `owner/repo@commit:path::function(kw=value, ...) — description`.
 
+    Keyword arguments are Python literals (`loss_mode='dppo_binary_tv'`, `clip_ratio=0.15`); the
+    shorthand `clip LO/HI` (absolute ratio bounds) is parsed into `clip_bounds`; any other
+    argument text is kept as `notes` and never interpreted; the text after ` — ` (or ` -- `) is
+    the description.
+    """
+
+    text: str
     repo: str
     commit: str
     path: str
     function: str
     kwargs: dict[str, Any] = field(default_factory=dict)
-    free_text: list[str] = field(default_factory=list)
+    clip_bounds: tuple[float, float] | None = None  # from the `clip LO/HI` shorthand
+    notes: tuple[str, ...] = ()  # argument text that is not kw=value (kept, not interpreted)
+    description: str = ""
+    args: str = ""  # the argument text between the parentheses, as written
+
+    @property
+    def short(self) -> str:
+        """`repo@commit8:path::function`, for labels."""
+        return f"{self.repo}@{self.commit[:8]}:{self.path}::{self.function}"
+
+    @property
+    def free_text(self) -> list[str]:
+        """Every argument that is not `kw=value` (notes and the `clip LO/HI` shorthand), in order."""
+        return [p for p in split_top_level(self.args) if p and split_keyword(p) is None]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "repo": self.repo,
+            "commit": self.commit,
+            "path": self.path,
+            "function": self.function,
+            "kwargs": dict(self.kwargs),
+            "clip_bounds": list(self.clip_bounds) if self.clip_bounds else None,
+            "notes": list(self.notes),
+            "description": self.description,
+        }
 
 
 @dataclass(frozen=True)
@@ -74,115 +131,140 @@ class ResolvedLoss:
     source: str
 
 
-def _literal(text: str) -> Any:
-    try:
-        return ast.literal_eval(text.strip())
-    except (ValueError, SyntaxError):
-        return text.strip()
-
-
-def _split_top_level(args: str) -> list[str]:
-    """Split on commas outside brackets and quotes."""
-    parts, depth, quote, start = [], 0, "", 0
-    for i, ch in enumerate(args):
-        if quote:
-            quote = "" if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(args[start:i])
-            start = i + 1
-    parts.append(args[start:])
-    return [p.strip() for p in parts if p.strip()]
-
-
-def _parse_kwargs(args: str) -> tuple[dict[str, Any], list[str]]:
-    kwargs: dict[str, Any] = {}
-    free: list[str] = []
-    for part in _split_top_level(args):
-        key, eq, value = part.partition("=")
-        if eq and key.strip().isidentifier():
-            kwargs[key.strip()] = _literal(value)
-        else:
-            free.append(part)
-    return kwargs, free
+def _revision_hint(head: str) -> str:
+    """Which part of a malformed `owner/repo@commit:path::function(...)` is wrong."""
+    if "@" not in head:
+        return "missing '@commit'"
+    after = head.split("@", 1)[1]
+    commit = re.match(r"[0-9a-fA-F]*", after).group(0)  # type: ignore[union-attr]
+    rest = after[len(commit) :]
+    if not 7 <= len(commit) <= 40 or (rest and rest[0] not in ":"):
+        return "commit must be 7-40 hex digits"
+    if not rest.startswith(":") or rest.startswith("::"):
+        return "missing ':path'"
+    if "::" not in rest:
+        return "missing '::function'"
+    return "path must have no spaces, function be an identifier, arguments be in (...)"
 
 
 def parse_revision(text: str) -> Revision:
-    """Parse `repo@commit:path::function(kw=value, ...)`; text after the call is ignored.
+    """Parse `owner/repo@commit:path::function(kw=value, ...) — description`.
 
-    Arguments that are not `kw=literal` (e.g. Spindle's `clip 0.8/1.2`) are kept in `free_text`.
+    Arguments are split and read with `losslab.callspec` (values are Python literals or inf/nan;
+    no bare words). The commit is lower-cased.
+
+    Raises:
+        RevisionError: naming the string and the part that is malformed (head, a keyword value
+            that is not a literal, a keyword given twice, a `clip LO/HI` that is not two numbers).
     """
-    match = _REVISION_RE.match(text.strip())
+    if not isinstance(text, str) or not text.strip():
+        raise RevisionError(f"revision {text!r}: expected 'owner/repo@commit:path::function(...)'")
+    head, description = text.strip(), ""
+    for sep in _DESCRIPTION_SEPARATORS:
+        if sep in head:
+            head, description = (s.strip() for s in head.split(sep, 1))
+            break
+    match = _REVISION_HEAD.fullmatch(head)
     if match is None:
-        raise LossNameError(
-            f"{text[:80]!r} is not a pinned revision of the form repo@commit:path::function(kw=value)"
+        raise RevisionError(
+            f"revision {text!r}: {_revision_hint(head)}; "
+            "expected 'owner/repo@commit:path::function(kw=value, ...)'"
         )
-    kwargs, free = _parse_kwargs(match["args"])
-    return Revision(match["repo"], match["commit"], match["path"], match["function"], kwargs, free)
+    args = match["args"] or ""
+    kwargs: dict[str, Any] = {}
+    notes: list[str] = []
+    clip_bounds = None
+    for part in filter(None, split_top_level(args)):
+        keyword = split_keyword(part)
+        clip = _CLIP_SHORTHAND.fullmatch(part)
+        if keyword is not None:
+            key, value_text = keyword
+            try:
+                value = parse_value(value_text)
+            except CallSpecError as err:
+                raise RevisionError(
+                    f"revision {text!r}: argument {key}={value_text} is not a Python literal "
+                    "(number, string, bool, None, list, dict)"
+                ) from err
+            if key in kwargs:
+                raise RevisionError(f"revision {text!r}: argument {key} given twice")
+            kwargs[key] = value
+        elif clip is not None:
+            try:
+                clip_bounds = (float(clip["lo"]), float(clip["hi"]))
+            except ValueError as err:
+                raise RevisionError(
+                    f"revision {text!r}: 'clip LO/HI' needs two numbers, got {part!r}"
+                ) from err
+        else:
+            notes.append(part)
+    return Revision(
+        text=text,
+        repo=match["repo"],
+        commit=match["commit"].lower(),
+        path=match["path"],
+        function=match["function"],
+        kwargs=kwargs,
+        clip_bounds=clip_bounds,
+        notes=tuple(notes),
+        description=description,
+        args=args,
+    )
 
 
 def parse_registry_spec(text: str) -> tuple[str, dict[str, Any]]:
-    """Split a registry spec `name(kw=value, ...)` into its name and literal keyword values."""
-    match = _SPEC_RE.match(text)
-    if match is None:
-        raise LossNameError(f"{text!r} is not a loss spec of the form name(kw=value, ...)")
-    name, args = match["name"], match["args"] or ""
+    """Split a registry spec `name(kw=value, ...)` into its name and literal keyword values.
+
+    Values must be Python literals (or inf/nan): a bare word is an error here, so a plan's typo is
+    reported at `losslab plan check` rather than passed on as a string.
+    """
     try:
-        call = ast.parse(f"f({args})", mode="eval").body
-    except SyntaxError as exc:
-        raise LossNameError(f"{text!r}: arguments are not valid keyword=value pairs") from exc
-    assert isinstance(call, ast.Call)  # f(...) always parses to a call
-    if call.args:
-        raise LossNameError(f"{text!r}: give every argument as keyword=value")
-    kwargs: dict[str, Any] = {}
-    for kw in call.keywords:
-        try:
-            kwargs[str(kw.arg)] = ast.literal_eval(kw.value)
-        except ValueError as exc:
-            raise LossNameError(f"{text!r}: the value of {kw.arg!r} is not a literal") from exc
-    return name, kwargs
+        return parse_call(text, what="loss spec")
+    except CallSpecError as exc:
+        raise LossNameError(str(exc)) from exc
 
 
 def format_spec(name: str, kwargs: dict[str, Any]) -> str:
-    """`name(k=v, ...)` with Python literals, the form `losslab.losses.parse_loss_spec` reads."""
-    args = ", ".join(f"{k}={_fmt(v)}" for k, v in kwargs.items())
-    return f"{name}({args})"
+    """`name(k=v, ...)` with Python literals, the form `losslab.losses.parse_loss_spec` reads.
+
+    Floats are rounded to 12 decimals first, so `1 - 0.2` is written `0.8`.
+    """
+    rounded = {k: round(v, 12) if isinstance(v, float) else v for k, v in kwargs.items()}
+    return format_call(name, rounded)
 
 
-def _fmt(value: Any) -> str:
-    if isinstance(value, str):
-        return '"' + value.replace('"', '\\"') + '"'
-    if isinstance(value, float):
-        return repr(round(value, 12))
-    return repr(value)
+def _pinned_revision(name: str, role: str, text: str) -> Revision:
+    try:
+        return parse_revision(text)
+    except RevisionError as exc:
+        raise LossNameError(f"{name!r} reads the correctness preflight's {role}: {exc}") from exc
 
 
-def _grpo_clip_from_revision(revision: str | None) -> tuple[float, float] | None:
+def _grpo_clip_from_revision(name: str, revision: str | None) -> tuple[float, float] | None:
+    """The baseline revision's absolute clip bounds: thresholds, `clip_ratio` eps, or `clip LO/HI`."""
     if not revision:
         return None
-    try:
-        rev = parse_revision(revision)
-    except LossNameError:
-        rev = None
-    if rev is not None:
-        if "clip_low_threshold" in rev.kwargs and "clip_high_threshold" in rev.kwargs:
-            return float(rev.kwargs["clip_low_threshold"]), float(rev.kwargs["clip_high_threshold"])
-        if "clip_ratio" in rev.kwargs:
-            eps = float(rev.kwargs["clip_ratio"])
-            return 1.0 - eps, 1.0 + eps
-    match = _CLIP_TEXT_RE.search(revision)
-    if match:
-        return float(match["low"]), float(match["high"])
-    return None
+    rev = _pinned_revision(name, "baseline_revision", revision)
+    if "clip_low_threshold" in rev.kwargs and "clip_high_threshold" in rev.kwargs:
+        bounds = {k: rev.kwargs[k] for k in ("clip_low_threshold", "clip_high_threshold")}
+    elif "clip_ratio" in rev.kwargs:
+        bounds = {"clip_ratio": rev.kwargs["clip_ratio"]}
+    else:
+        return rev.clip_bounds
+    for key, value in bounds.items():
+        if not _is_number(value):
+            raise LossNameError(f"{name!r}: baseline_revision {key}={value!r} is not a number")
+    if "clip_ratio" in bounds:
+        return 1.0 - bounds["clip_ratio"], 1.0 + bounds["clip_ratio"]
+    return float(bounds["clip_low_threshold"]), float(bounds["clip_high_threshold"])
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _resolve_grpo(name: str, eps_text: str | None, baseline_revision: str | None) -> ResolvedLoss:
-    pinned = _grpo_clip_from_revision(baseline_revision)
+    pinned = _grpo_clip_from_revision(name, baseline_revision)
     if eps_text is not None:
         eps = float(eps_text)
         if not 0 < eps < 1:
@@ -212,7 +294,7 @@ def _resolve_dppo(name: str, reference_revision: str | None) -> ResolvedLoss:
             f"{name!r} takes its divergence, threshold and cap from the correctness preflight's "
             "reference_revision, and the plan has none"
         )
-    rev = parse_revision(reference_revision)
+    rev = _pinned_revision(name, "reference_revision", reference_revision)
     mode = rev.kwargs.get("loss_mode")
     anchor = "sampler"
     if isinstance(mode, str) and mode.endswith("_recompute"):
@@ -230,7 +312,7 @@ def _resolve_dppo(name: str, reference_revision: str | None) -> ResolvedLoss:
         )
     threshold, cap = rev.kwargs["clip_ratio"], rev.kwargs["clip_ratio_c"]
     for key, value in (("clip_ratio", threshold), ("clip_ratio_c", cap)):
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        if not _is_number(value) or value <= 0:
             raise LossNameError(f"{name!r}: reference_revision {key}={value!r} is not a number > 0")
     spec = format_spec(
         mode, {"low": threshold, "high": threshold, "anchor": anchor, "clip_ratio_c": cap}
