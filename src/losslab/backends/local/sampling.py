@@ -1,0 +1,403 @@
+"""`LocalSamplingClient`: batched, KV-cached sampling from a frozen model snapshot.
+
+Batching. `sample()` validates its arguments, queues the request and returns a lazy future.
+When any pending future's result is requested, *all* pending requests of that client are run as
+one batched generation (in chunks of `max_batch_rows` sequences): each request's prompt is
+prefilled once (left-padded with the other prompts), its KV cache rows are repeated for its
+`num_samples`, and finished rows are dropped from the batch at every step. Only the last
+position's logits are computed (`logits_to_keep=1`), and only the sampled token's log-prob is kept.
+
+Seeds. Every sequence has its own `torch.Generator`, so batching does not change which random
+numbers it sees: sample j of a request with `SamplingParams.seed = s` uses
+`SeedSequence([s, j])`; with `seed=None` it uses `SeedSequence([client_seed, k, j])`, where k
+counts the `sample()` calls on this client (0, 1, ...) and `client_seed` derives from the
+training client's seed and snapshot index. Each decode step draws exactly one uniform u per
+sequence and picks the token by inverse CDF over the (filtered) probabilities, so queued-then-
+batched and one-by-one runs draw the same numbers; they give the same tokens up to the float
+round-off of different batch shapes (identical in the tests).
+
+Temperature convention. The returned per-token log-probs are those of the *tempered* distribution
+`log_softmax(logits / T)` at the sampling temperature T, before top-k/top-p truncation. At T = 1
+they equal `compute_logprobs` on the same tokens (checked to 1e-5 in the tests). Greedy decoding
+(T = 0) returns the T = 1 log-probs of the argmax tokens.
+
+Stops: `stop=None` stops at the tokenizer's EOS ids, `[]` never stops early, a list of ints
+stops at those token ids, a string / list of strings stops once the decoded completion contains
+one. The stop token(s) are included in `tokens` (as Tinker does) with `stop_reason="stop"`;
+running out of `max_tokens` gives `"length"`. `max_tokens=None` means `DEFAULT_MAX_TOKENS`,
+capped by the model's context length.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from tinker import types
+
+from losslab.backends.futures import CompletedFuture, LazyFuture
+from losslab.backends.local.logprobs import sequence_logprobs
+
+DEFAULT_MAX_TOKENS = 512
+
+
+def derive_seed(*entropy: int) -> int:
+    """A 63-bit torch seed from integers via numpy's SeedSequence (well mixed, platform-stable)."""
+    return int(
+        np.random.SeedSequence([int(e) & (2**64 - 1) for e in entropy]).generate_state(
+            1, np.uint64
+        )[0]
+    ) & (2**63 - 1)
+
+
+@dataclass
+class _Row:
+    request: int
+    prompt: tuple[int, ...]
+    temperature: float
+    top_k: int
+    top_p: float
+    stop_ids: frozenset[int]
+    stop_strings: tuple[str, ...]
+    max_tokens: int
+    generator: torch.Generator
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    stop_reason: str | None = None
+
+
+@dataclass
+class _Request:
+    index: int
+    prompt: list[int]
+    num_samples: int
+    params: types.SamplingParams
+    include_prompt_logprobs: bool
+    future: LazyFuture[types.SampleResponse]
+
+
+class LocalSamplingClient:
+    """Tinker-shaped sampling client over a frozen snapshot of a (LoRA) model."""
+
+    def __init__(
+        self,
+        *,
+        model: torch.nn.Module,
+        base_model: str,
+        tokenizer: Any,
+        seed: int,
+        label: str,
+        max_batch_rows: int = 64,
+        max_tokens_per_batch: int = 8192,
+    ) -> None:
+        self._model = model
+        self._lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+        self._base_model = base_model
+        self._tokenizer = tokenizer
+        self._seed = int(seed)
+        self._label = label
+        self._max_batch_rows = max_batch_rows
+        self._max_tokens_per_batch = max_tokens_per_batch
+        self._device = next(model.parameters()).device
+        self._vocab = int(self._lm.get_output_embeddings().weight.shape[0])
+        self._context = int(getattr(self._lm.config, "max_position_embeddings", 1 << 30))
+        self._lock = threading.RLock()
+        self._pending: list[_Request] = []
+        self._requests = 0
+        self._eos_ids = self._find_eos_ids()
+        forward_params = inspect.signature(self._lm.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in forward_params else "past_key_values"
+
+    def __repr__(self) -> str:
+        return f"LocalSamplingClient({self._label!r}, base_model={self._base_model!r})"
+
+    def _find_eos_ids(self) -> frozenset[int]:
+        ids: set[int] = set()
+        tok_eos = getattr(self._tokenizer, "eos_token_id", None)
+        if isinstance(tok_eos, int):
+            ids.add(tok_eos)
+        gen_cfg = getattr(self._lm, "generation_config", None)
+        gen_eos = getattr(gen_cfg, "eos_token_id", None)
+        if isinstance(gen_eos, int):
+            ids.add(gen_eos)
+        elif isinstance(gen_eos, list | tuple):
+            ids.update(int(t) for t in gen_eos)
+        return frozenset(ids)
+
+    def get_tokenizer(self) -> Any:
+        return self._tokenizer
+
+    def get_base_model(self) -> str:
+        return self._base_model
+
+    # ------------------------------------------------------------------ requests
+    def _check_prompt(self, prompt: Any, arg: str = "prompt") -> list[int]:
+        if not isinstance(prompt, types.ModelInput):
+            raise ValueError(f"{arg} must be tinker.types.ModelInput, got {type(prompt).__name__}")
+        try:
+            ids = prompt.to_ints()
+        except Exception as exc:
+            raise ValueError(f"{arg} cannot be read as token ids ({exc})") from exc
+        if not ids:
+            raise ValueError(f"{arg} is empty; expected at least one token")
+        bad = [t for t in ids if not 0 <= t < self._vocab]
+        if bad:
+            raise ValueError(
+                f"{arg} has token id {bad[0]} outside the vocabulary [0, {self._vocab})"
+            )
+        return ids
+
+    def _check_params(self, p: Any, prompt_len: int) -> types.SamplingParams:
+        if not isinstance(p, types.SamplingParams):
+            raise ValueError(
+                f"sampling_params must be tinker.types.SamplingParams, got {type(p).__name__}"
+            )
+        if p.temperature < 0:
+            raise ValueError(f"sampling_params.temperature = {p.temperature}; expected >= 0")
+        if not 0 <= p.top_p <= 1:
+            raise ValueError(f"sampling_params.top_p = {p.top_p}; expected a value in [0, 1]")
+        if p.top_k < -1:
+            raise ValueError(f"sampling_params.top_k = {p.top_k}; expected -1 (off) or >= 0")
+        if p.max_tokens is not None and p.max_tokens < 1:
+            raise ValueError(f"sampling_params.max_tokens = {p.max_tokens}; expected >= 1 or None")
+        if prompt_len >= self._context:
+            raise ValueError(
+                f"prompt has {prompt_len} tokens; the model's context is {self._context}"
+            )
+        stop = p.stop
+        if stop is not None and not isinstance(stop, str):
+            kinds = {type(s) for s in stop}
+            if kinds and not (kinds <= {int} or kinds <= {str}):
+                raise ValueError(
+                    f"sampling_params.stop = {stop!r}; expected a string, a list of strings or "
+                    "a list of token ids, not a mix"
+                )
+        return p
+
+    def sample(
+        self,
+        prompt: types.ModelInput,
+        num_samples: int,
+        sampling_params: types.SamplingParams,
+        include_prompt_logprobs: bool = False,
+        topk_prompt_logprobs: int = 0,
+        **unsupported: Any,
+    ) -> LazyFuture[types.SampleResponse]:
+        """Queue `num_samples` completions of `prompt`; they run (batched with the other queued
+        requests) when any queued result is requested."""
+        ids = self._check_prompt(prompt)
+        if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples < 1:
+            raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
+        params = self._check_params(sampling_params, len(ids))
+        if topk_prompt_logprobs:
+            raise ValueError("topk_prompt_logprobs is not supported by the local backend; pass 0")
+        used = {k: v for k, v in unsupported.items() if v not in (None, 0, False)}
+        if used:
+            raise ValueError(f"sample() options not supported by the local backend: {sorted(used)}")
+        with self._lock:
+            future: LazyFuture[types.SampleResponse] = LazyFuture(self._flush)
+            self._pending.append(
+                _Request(self._requests, ids, num_samples, params, include_prompt_logprobs, future)
+            )
+            self._requests += 1
+        return future
+
+    def compute_logprobs(
+        self, prompt: types.ModelInput, prompt_logprobs_last_n: int | None = None
+    ) -> CompletedFuture[list[float | None]]:
+        """`[None] + [log p(tok_i | tok_<i) for i >= 1]` at temperature 1 (no sampling)."""
+        ids = self._check_prompt(prompt)
+        lps = self._prompt_logprobs(ids)
+        if prompt_logprobs_last_n is not None:
+            lps = [None] * (len(lps) - prompt_logprobs_last_n) + lps[-prompt_logprobs_last_n:]
+        return CompletedFuture(lps)
+
+    def _prompt_logprobs(self, ids: list[int]) -> list[float | None]:
+        if len(ids) < 2:
+            return [None] * len(ids)
+        with self._lock, torch.no_grad():
+            (lp,) = sequence_logprobs(
+                self._model,
+                [ids[:-1]],
+                [torch.tensor(ids[1:])],
+                device=self._device,
+                max_tokens_per_batch=self._max_tokens_per_batch,
+            )
+        return [None] + [float(x) for x in lp.cpu()]
+
+    # ------------------------------------------------------------------ batched generation
+    def _flush(self) -> None:
+        with self._lock:
+            batch, self._pending = self._pending, []
+            if not batch:
+                return
+            try:
+                responses = self._run(batch)
+            except Exception as exc:
+                for req in batch:
+                    req.future.set_error(exc)
+                raise
+            for req, resp in zip(batch, responses, strict=True):
+                req.future.set_result(resp)
+
+    def _rows_for(self, b: int, req: _Request) -> list[_Row]:
+        p = req.params
+        if p.stop is None:
+            stop_ids, stop_strings = self._eos_ids, ()
+        elif isinstance(p.stop, str):
+            stop_ids, stop_strings = frozenset(), (p.stop,)
+        elif all(isinstance(s, str) for s in p.stop):
+            stop_ids, stop_strings = frozenset(), tuple(p.stop)  # type: ignore[arg-type]
+        else:
+            stop_ids, stop_strings = frozenset(int(s) for s in p.stop), ()
+        cap = self._context - len(req.prompt)
+        max_tokens = min(p.max_tokens if p.max_tokens is not None else DEFAULT_MAX_TOKENS, cap)
+        rows = []
+        for j in range(req.num_samples):
+            seed = (
+                derive_seed(p.seed, j)
+                if p.seed is not None
+                else derive_seed(self._seed, req.index, j)
+            )
+            gen = torch.Generator(device="cpu")
+            gen.manual_seed(seed)
+            rows.append(
+                _Row(
+                    request=b,
+                    prompt=tuple(req.prompt),
+                    temperature=float(p.temperature),
+                    top_k=int(p.top_k),
+                    top_p=float(p.top_p),
+                    stop_ids=stop_ids,
+                    stop_strings=stop_strings,
+                    max_tokens=max_tokens,
+                    generator=gen,
+                )
+            )
+        return rows
+
+    def _run(self, batch: list[_Request]) -> list[types.SampleResponse]:
+        rows: list[_Row] = []
+        for b, req in enumerate(batch):
+            rows.extend(self._rows_for(b, req))
+        with torch.no_grad():
+            for s in range(0, len(rows), self._max_batch_rows):
+                self._generate(rows[s : s + self._max_batch_rows])
+        responses = []
+        for b, req in enumerate(batch):
+            seqs = [
+                types.SampledSequence(
+                    stop_reason=r.stop_reason,  # type: ignore[arg-type]
+                    sequence_id=f"{self._label}/{req.index}/{j}",
+                    tokens_np=np.asarray(r.tokens, dtype=np.int32),
+                    logprobs_np=np.asarray(r.logprobs, dtype=np.float32),
+                )
+                for j, r in enumerate(x for x in rows if x.request == b)
+            ]
+            prompt_lp = None
+            if req.include_prompt_logprobs:
+                lps = self._prompt_logprobs(req.prompt)
+                prompt_lp = np.asarray([np.nan if x is None else x for x in lps], dtype=np.float32)
+            responses.append(types.SampleResponse(sequences=seqs, prompt_logprobs_np=prompt_lp))
+        return responses
+
+    def _forward(self, ids, mask, pos, cache):
+        # transformers renamed `past_key_values` to `cache` (deprecated name kept until 5.40)
+        out = self._lm(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=pos,
+            use_cache=True,
+            logits_to_keep=1,
+            **{self._cache_kwarg: cache},
+        )
+        new_cache = getattr(out, "cache", None)
+        if new_cache is None:
+            new_cache = out.past_key_values
+        return out.logits[:, -1, :], new_cache
+
+    def _generate(self, rows: list[_Row]) -> None:
+        """Decode `rows` in place: prefill each distinct prompt once, repeat its cache rows,
+        then one token per step for the rows still running."""
+        dev = self._device
+        prompts: dict[tuple[int, ...], int] = {}
+        for r in rows:
+            prompts.setdefault(r.prompt, len(prompts))
+        longest = max(len(p) for p in prompts)
+        ids_P_L = torch.zeros((len(prompts), longest), dtype=torch.long)
+        mask_P_L = torch.zeros((len(prompts), longest), dtype=torch.long)
+        for p, i in prompts.items():  # left padding so every row's next token is at the end
+            ids_P_L[i, longest - len(p) :] = torch.tensor(p)
+            mask_P_L[i, longest - len(p) :] = 1
+        pos_P_L = (mask_P_L.cumsum(-1) - 1).clamp(min=0)
+        logits_P_V, cache = self._forward(ids_P_L.to(dev), mask_P_L.to(dev), pos_P_L.to(dev), None)
+        sel = torch.tensor([prompts[r.prompt] for r in rows], device=dev)
+        cache.batch_select_indices(sel)
+        logits_A_V = logits_P_V[sel]
+        mask_A_L = mask_P_L.to(dev)[sel]
+        next_pos_A = pos_P_L.to(dev)[sel, -1] + 1
+        active = list(range(len(rows)))
+        while True:
+            tok_A, lp_A = self._pick(logits_A_V, [rows[i] for i in active])
+            keep: list[int] = []
+            for a, i in enumerate(active):
+                r = rows[i]
+                t = int(tok_A[a])
+                r.tokens.append(t)
+                r.logprobs.append(float(lp_A[a]))
+                if t in r.stop_ids or (
+                    r.stop_strings
+                    and any(s in self._tokenizer.decode(r.tokens) for s in r.stop_strings)
+                ):
+                    r.stop_reason = "stop"
+                elif len(r.tokens) >= r.max_tokens:
+                    r.stop_reason = "length"
+                else:
+                    keep.append(a)
+            if not keep:
+                return
+            if len(keep) < len(active):
+                idx = torch.tensor(keep, device=dev)
+                cache.batch_select_indices(idx)
+                mask_A_L, next_pos_A, tok_A = mask_A_L[idx], next_pos_A[idx], tok_A[idx]
+                active = [active[a] for a in keep]
+            mask_A_L = torch.cat([mask_A_L, mask_A_L.new_ones((len(active), 1))], dim=1)
+            logits_A_V, cache = self._forward(
+                tok_A[:, None].to(dev), mask_A_L, next_pos_A[:, None], cache
+            )
+            next_pos_A = next_pos_A + 1
+
+    @staticmethod
+    def _pick(logits_A_V: torch.Tensor, rows: Sequence[_Row]) -> tuple[torch.Tensor, torch.Tensor]:
+        """One token per row by inverse CDF with the row's own uniform draw; returns the tokens
+        and their log-probs under log_softmax(logits / T) (T = 1 for greedy rows)."""
+        logits_A_V = logits_A_V.float()
+        dev = logits_A_V.device
+        temp_A = torch.tensor([r.temperature for r in rows], device=dev)
+        greedy_A = temp_A == 0
+        logp_A_V = torch.log_softmax(logits_A_V / torch.where(greedy_A, 1.0, temp_A)[:, None], -1)
+        probs_A_V = logp_A_V.exp()
+        top_k_A = torch.tensor([r.top_k if r.top_k > 0 else 0 for r in rows], device=dev)
+        top_p_A = torch.tensor([r.top_p for r in rows], device=dev)
+        if bool((top_k_A > 0).any()) or bool((top_p_A < 1).any()):
+            vocab = probs_A_V.shape[-1]
+            sorted_A_V, order_A_V = probs_A_V.sort(dim=-1, descending=True, stable=True)
+            rank_V = torch.arange(vocab, device=dev)
+            k_A = torch.where(top_k_A > 0, top_k_A, vocab)
+            keep_A_V = rank_V[None, :] < k_A[:, None]
+            before_A_V = sorted_A_V.cumsum(-1) - sorted_A_V  # mass strictly above this token
+            keep_A_V &= (before_A_V < top_p_A[:, None]) | (top_p_A[:, None] >= 1)
+            keep_A_V[:, 0] = True
+            probs_A_V = torch.zeros_like(probs_A_V).scatter(-1, order_A_V, sorted_A_V * keep_A_V)
+        u_A = torch.tensor([float(torch.rand((), generator=r.generator)) for r in rows], device=dev)
+        cdf_A_V = probs_A_V.cumsum(-1)
+        x_A = u_A * cdf_A_V[:, -1]
+        tok_A = torch.searchsorted(cdf_A_V, x_A[:, None], right=True).squeeze(-1)
+        tok_A = tok_A.clamp(max=probs_A_V.shape[-1] - 1)
+        tok_A = torch.where(greedy_A, logits_A_V.argmax(-1), tok_A)
+        return tok_A, logp_A_V.gather(-1, tok_A[:, None]).squeeze(-1)

@@ -1,0 +1,173 @@
+"""The Tinker service through the official SDK (tinker 0.38.0), with losslab's conventions.
+
+* The API key comes only from the `TINKER_API_KEY` environment variable; it is handed to the SDK
+  and never stored on, or printed by, these wrappers.
+* Built-in `forward_backward`/`forward` send only what the server loss reads (`target_tokens`
+  and that loss's inputs): client-only keys such as `mask` are stripped, config keys checked.
+* Custom losses go through the SDK's `forward_backward_custom` (two-phase surrogate): advantages,
+  sampler log-probs and masks stay client-side and reach the loss function through `data`.
+* `optim_step()` without arguments uses the client's configured AdamParams (set at creation with
+  `adam_params=`, updated by every explicit `optim_step(params)`), like the local backend;
+  `optimizer_config()` reports it for the restoration preflight.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from tinker import types
+
+from losslab.backends.datums import check_builtin, check_data, tinker_visible
+
+API_KEY_ENV = "TINKER_API_KEY"
+
+
+class TinkerKeyError(RuntimeError):
+    """TINKER_API_KEY is not set."""
+
+
+def api_key_from_env() -> str:
+    key = os.environ.get(API_KEY_ENV, "").strip()
+    if not key:
+        raise TinkerKeyError(
+            f"{API_KEY_ENV} is not set; the tinker backend reads the API key only from that "
+            "environment variable (use backend='local' to run without the service)"
+        )
+    return key
+
+
+def builtin_request(
+    data: Sequence[types.Datum], loss_fn: str, loss_fn_config: Mapping[str, float] | None
+) -> tuple[list[types.Datum], dict[str, float] | None]:
+    """The datums and config a built-in `forward_backward` sends: validated, client-only keys
+    removed, config values as floats (None when empty, as the SDK default)."""
+    batch = check_data(data)
+    config = check_builtin(loss_fn, batch, loss_fn_config)
+    return [tinker_visible(d, loss_fn) for d in batch], (config or None)
+
+
+class TinkerTrainingClient:
+    """Wraps `tinker.TrainingClient`; unknown attributes pass through to the SDK client."""
+
+    def __init__(self, sdk_client: Any, adam_params: types.AdamParams | None = None) -> None:
+        self._sdk = sdk_client
+        self._adam = adam_params if adam_params is not None else types.AdamParams()
+
+    def __repr__(self) -> str:
+        return f"TinkerTrainingClient({type(self._sdk).__name__})"
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._sdk, name)
+
+    def forward(
+        self,
+        data: Sequence[types.Datum],
+        loss_fn: str = "cross_entropy",
+        loss_fn_config: Mapping[str, float] | None = None,
+    ) -> Any:
+        batch, config = builtin_request(data, loss_fn, loss_fn_config)
+        return self._sdk.forward(batch, loss_fn, config)
+
+    def forward_backward(
+        self,
+        data: Sequence[types.Datum],
+        loss_fn: str,
+        loss_fn_config: Mapping[str, float] | None = None,
+    ) -> Any:
+        batch, config = builtin_request(data, loss_fn, loss_fn_config)
+        return self._sdk.forward_backward(batch, loss_fn, config)
+
+    def forward_backward_custom(
+        self, data: Sequence[types.Datum], loss_fn: Callable[..., Any], **kwargs: Any
+    ) -> Any:
+        return self._sdk.forward_backward_custom(check_data(data), loss_fn, **kwargs)
+
+    def optim_step(
+        self,
+        optim_params: types.AdamParams | None = None,
+        *,
+        adam_params: types.AdamParams | None = None,
+    ) -> Any:
+        params = optim_params if optim_params is not None else adam_params
+        if params is not None:
+            if not isinstance(params, types.AdamParams):
+                raise ValueError(f"optim_params must be AdamParams, got {type(params).__name__}")
+            self._adam = params
+        return self._sdk.optim_step(self._adam)
+
+    def optimizer_config(self) -> dict[str, Any]:
+        """The optimizer family the service reports (get_info) and the AdamParams the next
+        `optim_step()` sends."""
+        family = getattr(self._sdk.get_info().optimizer_config, "type", "unknown")
+        return {
+            "type": family,
+            "learning_rate": float(self._adam.learning_rate),
+            "beta1": float(self._adam.beta1),
+            "beta2": float(self._adam.beta2),
+            "eps": float(self._adam.eps),
+            "weight_decay": float(self._adam.weight_decay),
+            "grad_clip_norm": float(self._adam.grad_clip_norm),
+        }
+
+
+class _TrainingClientFuture:
+    """Future of a TinkerTrainingClient over the SDK's client-creation future."""
+
+    def __init__(self, sdk_future: Any, adam_params: types.AdamParams | None) -> None:
+        self._sdk_future = sdk_future
+        self._adam = adam_params
+
+    def result(self, timeout: float | None = None) -> TinkerTrainingClient:
+        return TinkerTrainingClient(self._sdk_future.result(timeout), self._adam)
+
+    async def result_async(self, timeout: float | None = None) -> TinkerTrainingClient:
+        return TinkerTrainingClient(await self._sdk_future, self._adam)
+
+    def __await__(self):
+        return self.result_async().__await__()
+
+
+class TinkerServiceClient:
+    """`tinker.ServiceClient` with the key from TINKER_API_KEY only.
+
+    Args:
+        sdk_client: an already-built SDK ServiceClient (tests pass a fake); default builds one.
+        **sdk_kwargs: forwarded to `tinker.ServiceClient` (base_url, project_id, ...); an
+            `api_key` argument is refused so the key cannot come from code or config files.
+    """
+
+    def __init__(self, *, sdk_client: Any = None, **sdk_kwargs: Any) -> None:
+        if "api_key" in sdk_kwargs:
+            raise ValueError(f"api_key is not accepted; set the {API_KEY_ENV} environment variable")
+        if sdk_client is None:
+            import tinker
+
+            sdk_client = tinker.ServiceClient(api_key=api_key_from_env(), **sdk_kwargs)
+        self._sdk = sdk_client
+
+    def __repr__(self) -> str:
+        return "TinkerServiceClient(api_key=<from TINKER_API_KEY, hidden>)"
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._sdk, name)
+
+    def create_lora_training_client(
+        self,
+        base_model: str,
+        rank: int = 32,
+        seed: int | None = None,
+        *,
+        adam_params: types.AdamParams | None = None,
+        **kwargs: Any,
+    ) -> _TrainingClientFuture:
+        fut = self._sdk.create_lora_training_client(base_model, rank=rank, seed=seed, **kwargs)
+        return _TrainingClientFuture(fut, adam_params)
+
+    def create_sampling_client(self, *args: Any, **kwargs: Any) -> Any:
+        return self._sdk.create_sampling_client(*args, **kwargs)
