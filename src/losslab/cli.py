@@ -32,5 +32,322 @@ def version() -> None:
 
 # --- command registrations (each part of the product adds its commands in its own section) ---
 
+# --- plan: check and show a plan file (losslab.plan) ---
+
+plan_app = typer.Typer(
+    help="Check a plan file or show what it will run.", no_args_is_help=True, add_completion=False
+)
+app.add_typer(plan_app, name="plan")
+
+
+@plan_app.command("check")
+def plan_check(
+    plan_file: str = typer.Argument(..., help="The plan JSON file."),
+) -> None:
+    """Validate PLAN_FILE: every problem on its own `json.path: message` line; exit 0 or 1."""
+    from losslab.plan import check_plan_file
+
+    result = check_plan_file(plan_file)
+    for warning in result.warnings:
+        typer.echo(f"warning: {warning}", err=True)
+    if not result.ok:
+        for problem in result.errors:
+            typer.echo(f"error: {problem}", err=True)
+        count = len(result.errors)
+        typer.echo(f"{plan_file}: {count} problem{'s' if count != 1 else ''}", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"{plan_file}: ok ({len(result.warnings)} warnings)")
+
+
+@plan_app.command("show")
+def plan_show(
+    plan_file: str = typer.Argument(..., help="The plan JSON file."),
+) -> None:
+    """Summarize PLAN_FILE: arms and their switch, preflights, gate, decision rule, budget."""
+    from losslab.plan import check_plan_file, plan_summary
+
+    result = check_plan_file(plan_file)
+    if result.plan is None:
+        for problem in result.errors:
+            typer.echo(f"error: {problem}", err=True)
+        raise typer.Exit(1)
+    typer.echo(plan_summary(result.plan))
+
+
+# --- conform: module conformance (losslab.conformance.modules) ---
+
+_CONFORM_HELP = (
+    "Compare every function IMPL and REFERENCE share on held-out inputs; exit 1 on any failure."
+    "\n\nIMPL and REFERENCE are module paths (losslab.objectives) or .py files; a file is executed. "
+    "Inputs come from the input-spec registry of the 49 objectives: seeded random cases plus edge "
+    "cases per function. Tolerances: primitives atol 1e-6 / rtol 1e-5, composites atol 1e-5 / "
+    "rtol 1e-4, integer and bool outputs exact; shapes and dtypes must match; NaN equals NaN."
+    "\n\nBoth raising the same exception type counts as agreement; one raising while the other "
+    "returns is a disagreement, whichever side raised (the reforacle record's checker counted a "
+    "reference exception as a pass). The first failing input of each function is printed as a "
+    "Python expression with the call that rebuilds it from the seed."
+)
+
+
+@app.command(help=_CONFORM_HELP)
+def conform(
+    impl: str = typer.Argument(
+        ..., help="Implementation under test: a module path (losslab.objectives) or a .py file."
+    ),
+    reference: str = typer.Option(
+        ..., "--reference", "-r", help="Reference: a module path or a .py file."
+    ),
+    seed: int = typer.Option(
+        0, help="Base seed; each case is seeded from (seed, function, label)."
+    ),
+    cases: int | None = typer.Option(
+        None, "--cases", min=0, help="Random cases per function (default 5), plus its edge cases."
+    ),
+    function: list[str] | None = typer.Option(
+        None, "--function", "-f", help="Only compare this function (repeatable)."
+    ),
+    json_out: str | None = typer.Option(
+        None, "--json", help="Also write the full result to this JSON file (atomically)."
+    ),
+) -> None:
+    """Compare every function IMPL and REFERENCE share on held-out inputs (see _CONFORM_HELP)."""
+    from losslab.conformance.modules import conform_modules
+
+    kwargs = {} if cases is None else {"cases_per_function": cases}
+    try:
+        result = conform_modules(impl, reference, seed=seed, functions=function or None, **kwargs)
+    except ValueError as exc:  # unloadable module, unknown function name
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(result.summary())
+    if json_out is not None:
+        from pathlib import Path
+
+        from losslab.runner.rundir import atomic_write_json
+
+        atomic_write_json(Path(json_out), result.to_dict())
+    raise typer.Exit(0 if result.passed else 1)
+
+
+# --- preflight / golden: loss conformance against pinned references (losslab.conformance) ---
+
+
+def _parse_sources_or_exit(source: list[str] | None) -> dict:
+    from losslab.conformance.pinned import parse_sources
+
+    try:
+        return parse_sources(source or [])
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+@app.command()
+def preflight(
+    plan_file: str = typer.Argument(..., help="The plan JSON file (correctness_preflight.paths)."),
+    source: list[str] | None = typer.Option(
+        None,
+        "--source",
+        help="owner/repo=PATH: a git checkout (or bare git dir) whose pinned source may be "
+        "executed; repeatable. Without it the reference is losslab's re-derivation.",
+    ),
+    out: str | None = typer.Option(None, "--out", "-o", help="Write the JSON report here."),
+    strict_sources: bool = typer.Option(
+        False,
+        "--strict-sources",
+        help="Fail (exit 2) instead of falling back to the re-derivation when a named checkout "
+        "lacks the pinned commit or its function cannot be extracted or run.",
+    ),
+) -> None:
+    """Check our baseline and treatment losses against the plan's pinned baseline and reference
+    revisions, in value and gradient, on a fixed fixture; exit 1 when any check fails."""
+    from losslab.conformance.pinned import PinnedSourceError
+    from losslab.conformance.preflight import PreflightError, run_preflight, write_report
+    from losslab.conformance.render import render_preflight
+    from losslab.plan import PlanError
+
+    sources = _parse_sources_or_exit(source)
+    try:
+        result = run_preflight(plan_file, sources=sources, strict_sources=strict_sources)
+    except PlanError as exc:
+        typer.echo(f"error: plan {plan_file} is not valid:\n{exc}", err=True)
+        raise typer.Exit(2) from None
+    except (PreflightError, PinnedSourceError, FileNotFoundError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    render_preflight(result)
+    if out is not None:
+        typer.echo(f"report: {write_report(result, out)}")
+    raise typer.Exit(0 if result["passed"] else 1)
+
+
+golden_app = typer.Typer(
+    help="Golden files: reference losses and gradients on one fixture, as an interchange format.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+app.add_typer(golden_app, name="golden")
+
+
+@golden_app.command("check")
+def golden_check(
+    file: str = typer.Argument(..., help="A golden file (tinker_ppo_and_dppo_seed0.json format)."),
+    loss_tol: float = typer.Option(
+        1e-6, "--loss-tol", help="Max |loss error| / float64_check.loss_term_abs_sum_float64."
+    ),
+    grad_tol: float = typer.Option(
+        1e-6, "--grad-tol", help="Max |gradient error| / max(1, |g|) over every token."
+    ),
+    json_out: str | None = typer.Option(None, "--json", help="Also write the result as JSON."),
+) -> None:
+    """Recompute every output of FILE with losslab's re-derivation of its reference; exit 1 on
+    any failure or on an output that cannot be mapped to a known reference."""
+    from losslab.conformance.golden import GoldenFileError, check_golden
+    from losslab.conformance.preflight import write_report
+    from losslab.conformance.render import render_golden
+
+    try:
+        result = check_golden(file, loss_tolerance=loss_tol, grad_tolerance=grad_tol)
+    except (GoldenFileError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    render_golden(result)
+    if json_out is not None:
+        write_report(result.to_dict(), json_out)
+    raise typer.Exit(0 if result.passed else 1)
+
+
+@golden_app.command("make")
+def golden_make(
+    revision: list[str] = typer.Option(
+        ..., "--revision", "-r", help="owner/repo@commit:path::function(kw=value, ...); repeatable."
+    ),
+    out: str = typer.Option(..., "--out", "-o", help="The golden file to write."),
+    source: list[str] | None = typer.Option(
+        None, "--source", help="owner/repo=PATH checkout to execute the pinned source from."
+    ),
+    seed: int = typer.Option(0, help="Fixture seed (the other generator parameters: set A)."),
+    rederive: bool = typer.Option(
+        False,
+        "--rederive",
+        help="For a revision without --source, write losslab's re-derivation (labelled so).",
+    ),
+) -> None:
+    """Write a golden file with one output per --revision, computed by executing the pinned
+    source from the named checkout, so references computed elsewhere can be carried along."""
+    from losslab.conformance.fixtures import FixtureSpec
+    from losslab.conformance.golden import make_golden
+    from losslab.conformance.pinned import PinnedSourceError
+
+    sources = _parse_sources_or_exit(source)
+    try:
+        data = make_golden(
+            revision, sources, out, spec=FixtureSpec(seed=seed), allow_rederivation=rederive
+        )
+    except (ValueError, PinnedSourceError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    for name, entry in data["outputs"].items():
+        typer.echo(f"{name}: loss {entry['loss']:.6g} ({entry['reference']['kind']})")
+    typer.echo(f"wrote {out}")
+
+
+# --- run / report: the experiment runner and its report (losslab.runner, losslab.report) ---
+
+
+@app.command()
+def run(
+    plan: str = typer.Argument(..., help="The experiment plan (JSON file)."),
+    backend: str = typer.Option(
+        "local",
+        "--backend",
+        "-b",
+        help="local: the embedded model on this machine (CPU or GPU). "
+        "tinker: the Tinker service (reads TINKER_API_KEY from the environment).",
+    ),
+    out: str | None = typer.Option(
+        None, "--out", "-o", help="New run directory (default runs/<plan name>-<UTC time>)."
+    ),
+    resume: str | None = typer.Option(
+        None, "--resume", help="Continue this run directory from its last completed step."
+    ),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Continue past a failed preflight, gate, feasibility or config check "
+        "(the report flags every override).",
+    ),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Plain log lines, no progress bars."),
+    data: str | None = typer.Option(
+        None,
+        "--data",
+        help="Folder with the task's data (GSM8K: train.jsonl and test.jsonl) when the "
+        "Hugging Face hub is out of reach; offline tasks ignore it.",
+    ),
+) -> None:
+    """Run PLAN end to end (preflights, pilot, gate, both arms, evaluation, verdict, report).
+
+    Each phase writes its artifact into the run directory; `--resume` continues a killed run.
+
+    Exit codes: 0 done, 1 run error, 2 bad input (plan, run directory, resume), 3 a check
+    failed, 4 backend unreachable, 130 interrupted (the run directory stays resumable).
+    """
+    from pathlib import Path
+
+    from losslab.plan import PlanError
+    from losslab.runner import RunError, run_plan
+
+    if backend not in ("local", "tinker"):
+        typer.echo(f"error: --backend {backend!r}: expected 'local' or 'tinker'", err=True)
+        raise typer.Exit(2)
+    if out is not None and resume is not None:
+        typer.echo("error: pass either --out (a new run) or --resume (an existing one)", err=True)
+        raise typer.Exit(2)
+    try:
+        result = run_plan(
+            Path(plan),
+            backend=backend,
+            out=Path(out) if out else None,
+            resume=Path(resume) if resume else None,
+            force=force,
+            quiet=quiet,
+            data=Path(data) if data else None,
+        )
+    except PlanError as e:
+        typer.echo(f"error: plan {plan} is not valid:\n{e}", err=True)
+        raise typer.Exit(2) from None
+    except RunError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(e.exit_code) from None
+    except KeyboardInterrupt:
+        typer.echo("interrupted before the run directory was created", err=True)
+        raise typer.Exit(130) from None
+    verdict = result.verdict or {}
+    outcome = next((verdict[k] for k in ("outcome", "verdict", "decision") if k in verdict), "none")
+    typer.echo(f"verdict: {outcome}")
+    typer.echo(f"report: {result.report_html.resolve() if result.report_html else 'none'}")
+
+
+@app.command()
+def report(
+    run_dir: str = typer.Argument(..., help="A run directory made by `losslab run`."),
+) -> None:
+    """Rebuild report.json and report.html from RUN_DIR's artifacts (works for stopped runs)."""
+    from pathlib import Path
+
+    from losslab.report import build_report
+
+    try:
+        paths = build_report(Path(run_dir))
+    except FileNotFoundError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    except (ValueError, KeyError) as e:  # a hand-edited or truncated artifact
+        typer.echo(f"error: cannot read the artifacts in {run_dir}: {e!r}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"report: {paths.html_path.resolve()}")
+    typer.echo(f"facts: {paths.json_path.resolve()}")
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()

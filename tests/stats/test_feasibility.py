@@ -48,6 +48,19 @@ def test_parallel_arms_and_known_hours() -> None:
     assert fc.known_gpu_hours == pytest.approx(1.0)  # 2 GPUs x 1800 s
 
 
+def test_reused_pilot_is_not_counted_twice() -> None:
+    # Same timings as test_fits_budget_by_hand, but the treatment arm continues from the pilot:
+    # wall = 2 x 3159.5 = 6319 s (the 250 s pilot is inside the treatment arm's 2500 s of training)
+    fc = project_feasibility(
+        StepTimings(sample_s=30, train_s=10, eval_s_per_item=0.5, pilot_reused=True),
+        load_plan(SEED_PLAN),
+    )
+    assert fc.wall_seconds == pytest.approx(6319)
+    assert fc.gpu_hours == pytest.approx(6319 / 3600)
+    assert fc.phases["pilot"]["seconds"] == pytest.approx(250)
+    assert fc.phases["pilot"]["reused_by_treatment_arm"] is True
+
+
 @pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf")])
 def test_bad_timings_are_named(bad: float) -> None:
     with pytest.raises(ValueError, match="timings.train_s must be finite and >= 0"):

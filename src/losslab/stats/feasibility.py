@@ -6,6 +6,9 @@
     wall    = pilot + sum_a (train_a + eval_a)   (arms one after the other; max_a with parallel arms)
     gpu_hours = gpus * (pilot + sum_a (train_a + eval_a)) / 3600
 
+With `pilot_reused` (the runner continues the treatment arm from the pilot's checkpoint) the pilot
+steps are part of that arm's training and are not counted a second time: pilot = 0 in the sums.
+
 The result has the plan's `feasibility_check` form; status `pass` when both projections fit the
 budget, `fail` otherwise, with one problem line per exceeded limit.
 """
@@ -34,11 +37,14 @@ class StepTimings:
     """Arms run at the same time (wall time is the slower arm; GPU-hours still add up)."""
     measured_s: float = 0.0
     """Seconds already spent measuring these timings (counted as known GPU-hours)."""
+    pilot_reused: bool = False
+    """The pilot is the treatment arm's first steps and that arm continues from it, so the pilot
+    costs nothing on top of the arms. Leave False when the pilot is a separate run."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name == "parallel_arms":
+            if f.name in ("parallel_arms", "pilot_reused"):
                 continue
             if not isinstance(value, int | float) or isinstance(value, bool):
                 raise ValueError(f"timings.{f.name} must be a number, got {value!r}")
@@ -50,9 +56,12 @@ def project_feasibility(timings: StepTimings, plan: Plan) -> FeasibilityCheck:
     """Project the plan's cost from measured timings and compare it with `plan.budget`."""
     upb = plan.updates_per_batch
     pilot_s = plan.engine.pilot_steps * (timings.sample_s + upb * timings.train_s)
-    phases: dict[str, dict[str, float]] = {
+    phases: dict[str, dict[str, float | bool]] = {
         "pilot": {"steps": plan.engine.pilot_steps, "seconds": pilot_s},
     }
+    if timings.pilot_reused:
+        phases["pilot"]["reused_by_treatment_arm"] = True
+        pilot_s = 0.0
     arm_seconds = []
     for arm in plan.arms:
         train_s = plan.rollout_steps * timings.sample_s + plan.steps * timings.train_s

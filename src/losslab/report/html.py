@@ -1,0 +1,358 @@
+"""One self-contained HTML page: inline CSS, images as base64 PNG, no network request.
+
+A short inline script marks every plot `data-rendered="yes"` once the browser decoded it (or
+"no" when it failed), and sets `data-plots-rendered="k/n"` on <body>; the Chromium test reads
+those attributes from the dumped DOM.
+"""
+
+from __future__ import annotations
+
+import json
+from html import escape
+from typing import Any
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1100px;margin:2em auto;
+padding:0 1em;color:#222;line-height:1.45}
+h1{font-size:1.6em;margin-bottom:.2em}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
+table{border-collapse:collapse;margin:.6em 0;font-size:.92em}
+th,td{border:1px solid #ccc;padding:.25em .6em;text-align:left;vertical-align:top}
+th{background:#f4f4f4}.pass{color:#16794a;font-weight:600}.fail{color:#b3261e;font-weight:600}
+.banner{padding:.7em 1em;border-radius:6px;margin:1em 0}.ok{background:#e8f5ec}
+.stop{background:#fdecea}.warn{background:#fff4e0}
+.verdict{font-size:1.35em;font-weight:700}.muted{color:#666;font-size:.9em}
+.plots{display:flex;flex-wrap:wrap;gap:1em}figure{margin:0}figcaption{font-size:.85em;color:#555}
+code{background:#f4f4f4;padding:0 .2em}
+"""
+
+_SCRIPT = """
+(function(){
+  function mark(){
+    var imgs=document.querySelectorAll('img.plot');var ok=0;
+    imgs.forEach(function(im){var r=im.complete&&im.naturalWidth>0;
+      im.setAttribute('data-rendered',r?'yes':'no');if(r){ok++;}});
+    document.body.setAttribute('data-plots-rendered',ok+'/'+imgs.length);
+  }
+  if(document.readyState==='complete'){mark();}else{window.addEventListener('load',mark);}
+})();
+"""
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, dict | list):
+        return json.dumps(value, sort_keys=True, default=str)
+    return str(value)
+
+
+def _cell(value: Any) -> str:
+    return f"<td>{escape(_fmt(value))}</td>"
+
+
+def _passed_cell(passed: Any) -> str:
+    if passed is None:
+        return "<td>—</td>"
+    return '<td class="pass">pass</td>' if passed else '<td class="fail">FAIL</td>'
+
+
+def _kv_table(d: dict[str, Any] | None, skip: tuple[str, ...] = ()) -> str:
+    if not d:
+        return '<p class="muted">not recorded</p>'
+    rows = "".join(
+        f"<tr><th>{escape(str(k))}</th>{_cell(v)}</tr>" for k, v in d.items() if k not in skip
+    )
+    return f"<table>{rows}</table>"
+
+
+def _checks_table(artifact: dict[str, Any] | None, what: str) -> str:
+    if artifact is None:
+        return f'<p class="muted">{escape(what)} was not reached in this run.</p>'
+    checks = artifact.get("checks") or []
+    head = (
+        f'<p>Result: <span class="{"pass" if artifact.get("passed") else "fail"}">'
+        f"{'passed' if artifact.get('passed') else 'FAILED'}</span></p>"
+    )
+    if not checks:
+        return head + _kv_table(artifact, skip=("passed", "failures", "checks"))
+    rows = "".join(
+        "<tr>"
+        + _cell(c.get("check"))
+        + _cell(c.get("measured"))
+        + _cell(c.get("bound"))
+        + _passed_cell(c.get("passed"))
+        + _cell(c.get("note"))
+        + "</tr>"
+        for c in checks
+    )
+    return (
+        head
+        + "<table><tr><th>check</th><th>measured</th><th>bound</th><th>result</th>"
+        + f"<th>note</th></tr>{rows}</table>"
+    )
+
+
+def _status_banner(status: dict[str, Any]) -> str:
+    parts = []
+    if status.get("stopped_at"):
+        parts.append(
+            f'<div class="banner stop" id="status"><b>Stopped at {escape(status["stopped_at"])}.'
+            f"</b> {escape(status.get('stop_message') or '')}</div>"
+        )
+    elif status.get("complete"):
+        parts.append('<div class="banner ok" id="status">Run complete: every phase ran.</div>')
+    else:
+        parts.append(
+            '<div class="banner warn" id="status">Run incomplete (in progress or '
+            "interrupted); sections not reached are marked.</div>"
+        )
+    for f in status.get("forced") or []:
+        parts.append(
+            f'<div class="banner warn forced"><b>--force overrode a failed check in '
+            f"{escape(f['phase'])}:</b> {escape(f.get('message') or '')}</div>"
+        )
+    if status.get("resumed"):
+        parts.append(
+            f'<p class="muted">Resumed {len(status["resumed"])} time(s): '
+            f"{escape(', '.join(status['resumed']))}</p>"
+        )
+    return "".join(parts)
+
+
+_VERDICT_HEADLINE = ("verdict", "outcome", "decision", "conclusion")
+
+
+def _ci_text(ci: Any) -> str:
+    if (
+        isinstance(ci, list | tuple)
+        and len(ci) == 2
+        and all(isinstance(x, int | float) for x in ci)
+    ):
+        return f"[{ci[0]:+.4f}, {ci[1]:+.4f}]"
+    return _fmt(ci)
+
+
+def _secondary_table(secondary: dict[str, Any]) -> str:
+    rows = []
+    for name, a in secondary.items():
+        if not isinstance(a, dict):
+            rows.append({"analysis": name, "estimate": a})
+            continue
+        rows.append(
+            {
+                "analysis": name,
+                "estimate": a.get("estimate"),
+                "interval": _ci_text(a.get("ci")),
+                "p-value": a.get("p_value"),
+                "note": a.get("note") or "",
+            }
+        )
+    return _rows_table(rows)
+
+
+def _verdict(verdict: dict[str, Any] | None) -> str:
+    if verdict is None:
+        return (
+            '<p class="verdict" id="verdict-text">No verdict: the run did not reach the '
+            "decision rule.</p>"
+        )
+    headline = next((verdict[k] for k in _VERDICT_HEADLINE if k in verdict), None)
+    body = f'<p class="verdict" id="verdict-text">Verdict: {escape(_fmt(headline))}</p>'
+    if verdict.get("statement") or verdict.get("summary"):
+        body += f"<p>{escape(str(verdict.get('statement') or verdict.get('summary')))}</p>"
+    crit = verdict.get("criterion") if isinstance(verdict.get("criterion"), dict) else {}
+    means = verdict.get("arm_means") if isinstance(verdict.get("arm_means"), dict) else {}
+    arms = crit.get("arms") if isinstance(crit.get("arms"), dict) else {}
+    facts: dict[str, Any] = {
+        "estimate": verdict.get("estimate"),
+        f"{_fmt(verdict.get('confidence'))} interval": _ci_text(verdict.get("ci")),
+        "method": verdict.get("method"),
+        "items (n)": verdict.get("n"),
+        "half-width": verdict.get("half_width"),
+        "margin": crit.get("margin"),
+        "metric": crit.get("metric"),
+        "weights": crit.get("weights"),
+    }
+    for role, mean in means.items():
+        facts[f"mean {role} ({arms.get(role, role)})"] = mean
+    facts["estimand"] = verdict.get("estimand")
+    known = {
+        "statement",
+        "summary",
+        "criterion",
+        "arm_means",
+        "estimate",
+        "ci",
+        "method",
+        "n",
+        "half_width",
+        "confidence",
+        "estimand",
+        "secondary",
+        "criteria",
+        *_VERDICT_HEADLINE,
+    }
+    facts.update(
+        {k: v for k, v in verdict.items() if k not in known and not isinstance(v, dict | list)}
+    )
+    body += _kv_table({k: v for k, v in facts.items() if v is not None})
+    if isinstance(verdict.get("secondary"), dict) and verdict["secondary"]:
+        body += "<h3>Secondary analyses (reported, not deciding)</h3>"
+        body += _secondary_table(verdict["secondary"])
+    criteria = verdict.get("criteria")
+    if isinstance(criteria, list) and len(criteria) > 1:
+        body += "<h3>All criteria</h3>" + _rows_table(
+            [
+                {
+                    k: (_ci_text(c.get(k)) if k == "ci" else c.get(k))
+                    for k in ("id", "metric", "estimate", "ci", "margin", "verdict")
+                }
+                for c in criteria
+                if isinstance(c, dict)
+            ]
+        )
+    return body
+
+
+def _rows_table(rows: list[dict[str, Any]]) -> str:
+    keys: list[str] = []
+    for r in rows:
+        keys += [k for k in r if k not in keys]
+    head = "".join(f"<th>{escape(k)}</th>" for k in keys)
+    body = "".join("<tr>" + "".join(_cell(r.get(k)) for k in keys) + "</tr>" for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _img(pid: str, images: dict[str, tuple[str, str]]) -> str:
+    if pid not in images:
+        return ""
+    caption, b64 = images[pid]
+    return (
+        f'<figure><img class="plot" id="plot-{escape(pid)}" alt="{escape(caption)}" '
+        f'src="data:image/png;base64,{b64}"><figcaption>{escape(caption)}</figcaption></figure>'
+    )
+
+
+def render_html(facts: dict[str, Any], images: dict[str, tuple[str, str]]) -> str:
+    """The report page. `images` maps plot id -> (caption, base64 PNG)."""
+    s: list[str] = []
+    title = facts.get("title") or "losslab run"
+    s.append(f"<h1>{escape(title)}</h1>")
+    s.append(_status_banner(facts["status"]))
+
+    s.append('<section id="verdict"><h2>Verdict</h2>')
+    s.append(_verdict(facts.get("verdict")))
+    if facts.get("success_criterion"):
+        s.append(
+            f'<p class="muted">Pre-registered success criterion: '
+            f"{escape(facts['success_criterion'])}</p>"
+        )
+    s.append("</section>")
+
+    s.append('<section id="hypothesis"><h2>Hypothesis</h2>')
+    s.append(f"<p>{escape(facts.get('hypothesis') or '—')}</p></section>")
+
+    s.append('<section id="arms"><h2>Arms and the one switch</h2>')
+    s.append(_rows_table(facts["arms"]) if facts["arms"] else "<p>—</p>")
+    switch = facts.get("switch") or {}
+    if switch:
+        items = "".join(
+            f"<li><code>{escape(k)}</code>: "
+            + ", ".join(
+                f"{escape(str(a))} = <code>{escape(_fmt(v))}</code>" for a, v in vals.items()
+            )
+            + "</li>"
+            for k, vals in switch.items()
+        )
+        s.append(f"<p>The arms differ only in:</p><ul>{items}</ul>")
+    s.append("</section>")
+
+    s.append('<section id="preflight"><h2>Correctness preflight (errors vs tolerances)</h2>')
+    s.append(_checks_table(facts.get("preflight"), "The correctness preflight") + "</section>")
+    s.append('<section id="restoration"><h2>Restoration preflight</h2>')
+    s.append(_checks_table(facts.get("restoration"), "The restoration preflight") + "</section>")
+
+    s.append('<section id="gate"><h2>Activation gate (pilot: measured vs bounds)</h2>')
+    s.append(f'<p class="muted">{escape(facts["pilot"]["note"])}</p>')
+    s.append(_checks_table(facts.get("gate"), "The activation gate") + "</section>")
+
+    s.append('<section id="executed-config"><h2>Executed configuration vs plan</h2>')
+    ex = facts.get("executed_config")
+    if ex:
+        rows = [
+            {
+                "arm": arm,
+                "key": k,
+                "plan": v.get("plan"),
+                "executed": v.get("executed"),
+                "match": v.get("match"),
+            }
+            for arm, vals in ex.items()
+            for k, v in vals.items()
+        ]
+        s.append(_rows_table(rows))
+    else:
+        s.append('<p class="muted">not recorded (no trainer was created)</p>')
+    s.append("</section>")
+
+    feas = facts["feasibility"]
+    s.append('<section id="feasibility"><h2>Feasibility: projected vs measured vs budget</h2>')
+    s.append(_checks_table(feas.get("artifact"), "The feasibility projection"))
+    art = feas.get("artifact") or {}
+    if isinstance(art.get("phases"), dict) and art["phases"]:
+        s.append("<h3>Projection by phase (seconds)</h3>")
+        s.append(
+            _rows_table(
+                [{"phase": k, **v} for k, v in art["phases"].items() if isinstance(v, dict)]
+            )
+        )
+    if art.get("note"):
+        s.append(f'<p class="muted">{escape(str(art["note"]))}</p>')
+    s.append(
+        _kv_table(
+            {
+                "measured wall seconds (all phases so far)": feas["measured_wall_seconds"],
+                **{f"budget {k}": v for k, v in (feas.get("budget") or {}).items()},
+            }
+        )
+    )
+    s.append(_img("feasibility", images) + "</section>")
+
+    s.append('<section id="training"><h2>Training curves per arm</h2><div class="plots">')
+    curve_ids = [pid for pid in images if pid.startswith("curve-")]
+    s.append("".join(_img(pid, images) for pid in curve_ids) or "<p>no training steps yet</p>")
+    s.append("</div></section>")
+
+    s.append('<section id="evaluation"><h2>Evaluation</h2>')
+    ev = facts.get("evaluation") or {}
+    if ev:
+        s.append(_rows_table([{"arm": a, **v} for a, v in ev.items()]))
+    else:
+        s.append('<p class="muted">not reached</p>')
+    s.append(_img("eval-accuracy", images))
+    p = facts.get("paired")
+    if p:
+        t, b = escape(str(p["treatment"])), escape(str(p["baseline"]))
+        s.append(
+            '<h3>Paired table</h3><table id="paired-table">'
+            f"<tr><th></th><th>{b} right</th><th>{b} wrong</th></tr>"
+            f"<tr><th>{t} right</th><td>{p['both_right']}</td><td>b = {p['b']}</td></tr>"
+            f"<tr><th>{t} wrong</th><td>c = {p['c']}</td><td>{p['both_wrong']}</td></tr>"
+            f"</table><p class='muted'>n = {p['n']} paired items; b and c are the discordant "
+            "pairs the decision rule rests on.</p>"
+        )
+    s.append("</section>")
+
+    s.append('<section id="environment"><h2>Environment</h2>')
+    s.append(_kv_table(facts.get("environment")) + "</section>")
+
+    return (
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+        f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>"
+        + "\n".join(s)
+        + f"<script>{_SCRIPT}</script></body></html>\n"
+    )

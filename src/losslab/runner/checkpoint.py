@@ -1,0 +1,154 @@
+"""Per-step checkpoints: the whole state needed to continue an arm bit-for-bit after a kill.
+
+A checkpoint is the folder `checkpoints/step_XXXX/` (XXXX = number of completed RL steps):
+
+    state.json    step, data cursor, metrics rows so far, Python/NumPy/torch RNG states,
+                  and whatever the trainer reported about its own saved state
+    trainer/      what the trainer wrote: LoRA weights and optimizer state (local backend);
+                  on Tinker the weights live on the service and state.json holds their path
+
+It is built in a hidden temp folder and renamed into place in one `os.replace`, so a folder
+named `step_XXXX` is always complete; a kill mid-save leaves only a temp folder, removed on
+resume.
+"""
+
+from __future__ import annotations
+
+import base64
+import random
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from losslab.runner.rundir import _fsync_dir, atomic_write_json, read_json
+
+STEP_PREFIX = "step_"
+TMP_PREFIX = ".tmp-step_"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A completed checkpoint read back from disk."""
+
+    path: Path
+    step: int  # completed RL steps
+    cursor: dict[str, Any]  # the data cursor the trainer needs to draw the next batch
+    metrics: list[dict[str, Any]]  # metrics rows of steps 0..step-1
+    rng: dict[str, Any]
+    trainer: dict[str, Any]  # the trainer's own description of its saved state
+
+    @property
+    def trainer_dir(self) -> Path:
+        return self.path / "trainer"
+
+
+def capture_rng() -> dict[str, Any]:
+    """Python, NumPy and torch global RNG states as JSON-safe values."""
+    py_version, py_state, py_gauss = random.getstate()
+    np_name, np_keys, np_pos, np_has_gauss, np_cached = np.random.get_state()
+    return {
+        "python": [py_version, list(py_state), py_gauss],
+        "numpy": [np_name, np_keys.tolist(), int(np_pos), int(np_has_gauss), float(np_cached)],
+        "torch": base64.b64encode(torch.get_rng_state().numpy().tobytes()).decode(),
+    }
+
+
+def restore_rng(rng: dict[str, Any]) -> None:
+    """Inverse of `capture_rng`."""
+    py_version, py_state, py_gauss = rng["python"]
+    random.setstate((py_version, tuple(py_state), py_gauss))
+    np_name, np_keys, np_pos, np_has_gauss, np_cached = rng["numpy"]
+    np.random.set_state(
+        (np_name, np.asarray(np_keys, dtype=np.uint32), np_pos, np_has_gauss, np_cached)
+    )
+    raw = np.frombuffer(base64.b64decode(rng["torch"]), dtype=np.uint8).copy()
+    torch.set_rng_state(torch.from_numpy(raw))
+
+
+def step_dir_name(step: int) -> str:
+    return f"{STEP_PREFIX}{step:04d}"
+
+
+def save_checkpoint(
+    checkpoints_dir: Path,
+    step: int,
+    *,
+    cursor: dict[str, Any],
+    metrics: list[dict[str, Any]],
+    save_trainer: Callable[[Path], dict[str, Any]],
+) -> Path:
+    """Write the checkpoint after `step` completed steps; returns its folder.
+
+    `save_trainer(folder)` writes the trainer's weights and optimizer state into `folder` and
+    returns a JSON-safe description (e.g. the Tinker state path), kept in state.json.
+    """
+    checkpoints_dir.mkdir(parents=True, exist_ok=True)
+    final = checkpoints_dir / step_dir_name(step)
+    tmp = checkpoints_dir / f"{TMP_PREFIX}{step:04d}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    (tmp / "trainer").mkdir(parents=True)
+    trainer_info = save_trainer(tmp / "trainer")
+    atomic_write_json(
+        tmp / "state.json",
+        {
+            "step": step,
+            "cursor": cursor,
+            "metrics": metrics,
+            "rng": capture_rng(),
+            "trainer": trainer_info,
+        },
+    )
+    if final.exists():  # a resumed run recomputed this step; the new copy is identical
+        shutil.rmtree(final)
+    tmp.replace(final)
+    _fsync_dir(checkpoints_dir)
+    return final
+
+
+def load_checkpoint(path: Path) -> Checkpoint:
+    state = read_json(path / "state.json")
+    return Checkpoint(
+        path=path,
+        step=int(state["step"]),
+        cursor=state["cursor"],
+        metrics=state["metrics"],
+        rng=state["rng"],
+        trainer=state["trainer"],
+    )
+
+
+def completed_steps(checkpoints_dir: Path) -> list[int]:
+    if not checkpoints_dir.is_dir():
+        return []
+    steps = []
+    for p in checkpoints_dir.iterdir():
+        if p.is_dir() and p.name.startswith(STEP_PREFIX) and (p / "state.json").is_file():
+            steps.append(int(p.name[len(STEP_PREFIX) :]))
+    return sorted(steps)
+
+
+def latest_checkpoint(checkpoints_dir: Path) -> Checkpoint | None:
+    """The checkpoint with the most completed steps, after removing half-written temp folders."""
+    if checkpoints_dir.is_dir():
+        for p in checkpoints_dir.glob(f"{TMP_PREFIX}*"):
+            shutil.rmtree(p, ignore_errors=True)
+    steps = completed_steps(checkpoints_dir)
+    return load_checkpoint(checkpoints_dir / step_dir_name(steps[-1])) if steps else None
+
+
+def prune_checkpoints(checkpoints_dir: Path, keep_last: int, protect: set[int]) -> None:
+    """Delete all but the newest `keep_last` checkpoints, never those in `protect`.
+
+    Why keep more than one: the newest is what resume needs; `protect` keeps milestones the
+    report or the treatment arm read (the pilot's last step, the final step).
+    """
+    steps = completed_steps(checkpoints_dir)
+    for s in steps[:-keep_last] if keep_last > 0 else steps:
+        if s not in protect:
+            shutil.rmtree(checkpoints_dir / step_dir_name(s), ignore_errors=True)

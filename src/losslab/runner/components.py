@@ -1,0 +1,502 @@
+"""`DefaultComponents`: the run phases wired to losslab's own packages.
+
+    preflight    -> losslab.conformance.preflight.run_preflight
+    restoration  -> losslab.backends.restoration.restoration_preflight
+    trainers     -> losslab.backends.create_service_client + losslab.engine.rl_step
+    gate         -> losslab.engine.pilot_metrics + losslab.stats.gate.evaluate_gate
+    feasibility  -> losslab.stats.feasibility.project_feasibility
+    evaluation   -> losslab.engine.evaluate
+    decision     -> losslab.stats.decision.decide
+
+Every check artifact gets the runner's common shape: `passed`, `checks` (rows of check,
+measured, bound, passed) and `failures`, next to the producing module's own full record.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from losslab.runner.errors import BackendUnavailable, RunError
+from losslab.runner.protocols import Schedule
+
+EVAL_PROBE_ITEMS = 32
+"""Greedy answers timed after the pilot for the feasibility projection. A batching backend's cost
+per item falls with the batch, so a probe of 4 overstated a 64-item evaluation about 4x on CPU;
+32 (one rollout batch's worth) lands within ~1.5x at the cost of one short generation."""
+
+
+@contextmanager
+def backend_errors(backend: str, what: str) -> Iterator[None]:
+    """Turn a backend's connection, service and numeric failures into one-line run errors."""
+    import tinker
+
+    from losslab.engine import NonFiniteError
+
+    try:
+        yield
+    except NonFiniteError as e:
+        raise RunError(f"{what}: {e}") from e
+    except (tinker.TinkerError, ConnectionError, TimeoutError) as e:
+        raise BackendUnavailable(f"backend {backend!r} failed during {what}: {e}") from e
+
+
+def _rows_failures(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if not r["passed"]]
+
+
+def _not_applicable(why: str) -> dict[str, Any]:
+    return {"passed": True, "applicable": False, "checks": [], "failures": [], "note": why}
+
+
+class LocalArmTrainer:
+    """One arm on a Tinker-shaped training client; `step(i)` is `engine.rl_step` at step i.
+
+    The data cursor is the step index (the engine draws rows [i*P, (i+1)*P) of the training
+    order and derives every sampling seed from (seed, step, group)), so the weights, the
+    optimizer state and the step index are the whole state.
+    """
+
+    def __init__(self, comp: DefaultComponents, arm: str, client: Any, arm_config: Any) -> None:
+        from losslab.engine import renderer_for
+
+        self.comp, self.arm, self.client, self.config = comp, arm, client, arm_config
+        self.renderer = renderer_for(client)
+        self._next = 0
+
+    def step(self, step: int) -> dict[str, Any]:
+        from losslab.engine import rl_step
+        from losslab.tasks import batch_for_step
+
+        if step != self._next:
+            raise RunError(f"arm {self.arm}: asked for step {step}, the state is at {self._next}")
+        task = self.comp.task
+        problems_P = batch_for_step(task.train, step, self.config.groups_per_batch)
+        with backend_errors(self.comp.backend, f"arm {self.arm} step {step}"):
+            row = rl_step(self.client, task, problems_P, self.config, step, renderer=self.renderer)
+        self._next = step + 1
+        return row
+
+    @property
+    def cursor(self) -> dict[str, Any]:
+        return {"next_step": self._next}
+
+    def save(self, folder: Path) -> dict[str, Any]:
+        if self.comp.backend == "local":
+            self.client.save_state(str(folder.resolve()), overwrite=True).result()
+            return {"backend": "local", "path": "trainer"}
+        name = f"{self.comp.run_tag}-{self.arm}-step{self._next:04d}"
+        with backend_errors(self.comp.backend, f"saving {name}"):
+            path = self.client.save_state(name).result().path
+        return {"backend": self.comp.backend, "path": str(path)}
+
+    def load(self, folder: Path, info: dict[str, Any], cursor: dict[str, Any]) -> None:
+        path = str(folder.resolve()) if info.get("backend") == "local" else str(info["path"])
+        # weights AND AdamW moments: Tinker's plain load_state restores the weights only
+        with backend_errors(self.comp.backend, f"loading {path}"):
+            self.client.load_state_with_optimizer(path).result()
+        self._next = int(cursor["next_step"])
+
+    def close(self) -> None:
+        self.client = None
+
+
+class DefaultComponents:
+    """Components for `run_plan` from a plan file and a backend name ("local" or "tinker")."""
+
+    def __init__(self, plan_file: Path, backend: str, data: Path | None = None) -> None:
+        from losslab.plan import load_plan
+
+        if backend not in ("local", "tinker"):
+            raise RunError(f"--backend {backend!r}: expected 'local' or 'tinker'")
+        self.plan_file = Path(plan_file)
+        self.plan = load_plan(self.plan_file)  # PlanError lists every problem, incl. features
+        self.backend = backend
+        self.data = Path(data) if data is not None else None
+        self.run_tag = f"losslab-{int(time.time())}"
+        roles = self.plan.arm_roles()
+        steps = self.plan.rollout_steps
+        self.schedule = Schedule(
+            arms=tuple(a.name for a in self.plan.arms),
+            treatment=roles["treatment"],
+            steps=steps,
+            pilot_steps=min(self.plan.engine.pilot_steps, steps),
+            seeds={a.name: a.seed for a in self.plan.arms},
+        )
+
+    # --- shared resources, created on first use ----------------------------------------------
+    @property
+    def base_model(self) -> str:
+        local = self.plan.engine.local_base_model
+        return local if (self.backend == "local" and local) else self.plan.base_model
+
+    @cached_property
+    def service(self) -> Any:
+        import tinker
+
+        from losslab.backends import create_service_client
+
+        try:
+            return create_service_client(self.backend)
+        except (tinker.TinkerError, OSError, RuntimeError, ValueError) as e:  # key, device
+            raise BackendUnavailable(f"backend {self.backend!r} is not available: {e}") from e
+
+    @cached_property
+    def task(self) -> Any:
+        from losslab.tasks import make_task
+
+        config = dict(self.plan.engine.task_config)
+        data = self.data or config.pop("data", None)
+        config.pop("data", None)
+        if self.plan.task_name.lower() not in ("gsm8k", "openai/gsm8k"):
+            config.setdefault("n_test", self.plan.eval.n_examples)
+        try:
+            return make_task(self.plan.task_name, seed=self.plan.arms[0].seed, data=data, **config)
+        except (ValueError, FileNotFoundError, OSError) as e:
+            raise RunError(f"task {self.plan.task_name!r} could not be built: {e}") from e
+
+    def _create_client(self, arm_name: str) -> Any:
+        import tinker
+        from tinker import types
+
+        arm = self.plan.arm(arm_name)
+        kwargs: dict[str, Any] = {"rank": self.plan.lora_rank, "seed": arm.seed}
+        if self.backend == "local":
+            kwargs["adam_params"] = types.AdamParams(**self.plan.adam_config(arm))
+        try:
+            return self.service.create_lora_training_client(self.base_model, **kwargs).result()
+        except BackendUnavailable:
+            raise
+        except (tinker.TinkerError, OSError, RuntimeError, ValueError) as e:
+            raise BackendUnavailable(
+                f"backend {self.backend!r} could not create a training client for "
+                f"{self.base_model!r}: {e}"
+            ) from e
+
+    def _arm_config(self, arm_name: str) -> Any:
+        from losslab.engine import BASELINE_SIDE, ArmConfig
+        from losslab.losses import as_tinker_loss_fn, parse_loss_spec
+
+        arm = self.plan.arm(arm_name)
+        eng = self.plan.engine
+        adam = self.plan.adam_config(arm)
+        spec = self.plan.loss_spec(arm)
+        loss = parse_loss_spec(spec)
+        side = {}
+        if (
+            arm.name == self.schedule.treatment
+        ):  # the gate compares the baseline clip on the same batches
+            side = {
+                BASELINE_SIDE: as_tinker_loss_fn(parse_loss_spec(self.plan.loss_spec("baseline")))
+            }
+        return ArmConfig(
+            name=arm.name,
+            loss_fn=as_tinker_loss_fn(loss),
+            loss_name=getattr(loss, "name", spec),
+            seed=arm.seed,
+            learning_rate=adam["learning_rate"],
+            beta1=adam["beta1"],
+            beta2=adam["beta2"],
+            eps=adam["eps"],
+            weight_decay=adam["weight_decay"],
+            group_size=eng.group_size,
+            groups_per_batch=eng.groups_per_batch,
+            temperature=eng.temperature,
+            max_tokens=eng.max_tokens,
+            updates_per_batch=arm.updates_per_batch,
+            side_losses=side,
+        )
+
+    # --- phases -------------------------------------------------------------------------------
+    def preflight(self) -> dict[str, Any]:
+        from losslab.conformance.preflight import PreflightError, run_preflight
+
+        cp = self.plan.correctness_preflight
+        if cp is None or not cp.paths:
+            return _not_applicable("the plan has no correctness_preflight paths")
+        try:
+            report = run_preflight(self.plan_file)
+        except PreflightError as e:
+            raise RunError(f"correctness preflight could not run: {e}") from e
+        rows = []
+        for path in report["paths"]:
+            for name, chk in path["checks"].items():
+                err = path["errors"].get(name, {})
+                tol = chk.get("tolerance", {})
+                rows.append(
+                    {
+                        "check": f"{path['id']}.{name}",
+                        "measured": {
+                            "max_abs_error": err.get("max_abs_error"),
+                            "relative_l2_error": err.get("relative_l2_error"),
+                            "cosine_similarity": err.get("cosine_similarity"),
+                        },
+                        "bound": ", ".join(f"{k} {v:g}" for k, v in tol.items() if v is not None),
+                        "passed": bool(chk["passed"]),
+                        "note": "; ".join(map(str, chk.get("violations") or [])),
+                    }
+                )
+        passed = bool(report["passed"]) or not cp.required
+        return {**report, "passed": passed, "checks": rows, "failures": _rows_failures(rows)}
+
+    def restoration(self) -> dict[str, Any]:
+        import tinker
+
+        from losslab.backends.restoration import restoration_preflight
+
+        rp = self.plan.restoration_preflight
+        if rp is None or not rp.applicable:
+            return _not_applicable("restoration_preflight is not applicable in the plan")
+        arms = [a.model_dump() for g in rp.groups for a in g.arms]
+        if not arms:
+            arms = [
+                {
+                    "name": a.name,
+                    "optimizer": self.plan.optimizer.name,
+                    "optimizer_config": self.plan.adam_config(a),
+                }
+                for a in self.plan.arms
+            ]
+        for a in arms:  # fill unset betas/eps with the values the arms will train with
+            full = self.plan.adam_config(a["name"])
+            a["optimizer_config"] = {
+                k: (v if v is not None else full.get(k)) for k, v in a["optimizer_config"].items()
+            }
+        seeds = {a.seed for a in self.plan.arms}
+        try:
+            report = restoration_preflight(
+                self.service,
+                base_model=self.base_model,
+                rank=self.plan.lora_rank,
+                seed=min(seeds),
+                arms=arms,
+            )
+        except BackendUnavailable:
+            raise
+        except (tinker.TinkerError, OSError, RuntimeError, ValueError) as e:
+            # the first backend call of a run: unreachable, no key, no local model, bad device
+            raise BackendUnavailable(
+                f"backend {self.backend!r} could not run the restoration preflight: {e}"
+            ) from e
+        lp = report["logprobs"]
+        rows = [
+            {
+                "check": f"log-probs {c['arm']} vs {lp['reference_arm']} (fixed batch)",
+                "measured": c["max_abs_diff"],
+                "bound": f"bitwise or <= {report['tolerance']:g}",
+                "passed": bool(c["ok"]),
+                "note": "bitwise equal" if c["bitwise_equal"] else "",
+            }
+            for c in lp["comparisons"]
+        ]
+        for opt in report["optimizers"]:
+            rows.append(
+                {
+                    "check": f"optimizer {opt.get('arm', opt.get('name'))}",
+                    "measured": opt.get("actual", opt.get("executed")),
+                    "bound": opt.get("planned"),
+                    "passed": not opt.get("problems"),
+                    "note": "; ".join(opt.get("problems") or []),
+                }
+            )
+        if len(seeds) > 1:
+            rows.append(
+                {
+                    "check": "arm seeds",
+                    "measured": sorted(seeds),
+                    "bound": "one seed",
+                    "passed": False,
+                    "note": "arms must start from the same seed",
+                }
+            )
+        passed = bool(report["passed"]) and len(seeds) == 1
+        return {**report, "passed": passed, "checks": rows, "failures": _rows_failures(rows)}
+
+    def make_trainer(self, arm: str) -> LocalArmTrainer:
+        return LocalArmTrainer(self, arm, self._create_client(arm), self._arm_config(arm))
+
+    def executed_config(self, arm: str, trainer: LocalArmTrainer) -> dict[str, dict[str, Any]]:
+        info = trainer.client.get_info()
+        model_data = getattr(info, "model_data", None)
+        executed_model = getattr(model_data, "model_name", None) or getattr(
+            info, "model_name", None
+        )
+        out: dict[str, dict[str, Any]] = {
+            "base_model": {"plan": self.base_model, "executed": executed_model},
+            "lora_rank": {
+                "plan": self.plan.lora_rank,
+                "executed": getattr(info, "lora_rank", None),
+            },
+        }
+        opt = getattr(trainer.client, "optimizer_config", None)
+        if callable(opt):
+            actual = opt()
+            planned = self.plan.adam_config(arm)
+            for key in ("learning_rate", "beta1", "beta2", "eps"):
+                out[f"adam.{key}"] = {"plan": planned[key], "executed": actual.get(key)}
+        return out
+
+    def eval_probe(self, trainer: LocalArmTrainer) -> dict[str, Any]:
+        """Seconds per evaluation item, timed on a few test items (for feasibility)."""
+        from losslab.engine import evaluate
+
+        problems = self.task.test[: min(EVAL_PROBE_ITEMS, self.plan.eval.n_examples)]
+        sampler = trainer.client.save_weights_and_get_sampling_client().result()
+        t0 = time.perf_counter()
+        evaluate(
+            sampler,
+            self.task,
+            problems,
+            trainer.renderer,
+            max_tokens=self.plan.engine.eval_max_tokens,
+            seed=0,
+        )
+        return {
+            "eval_s_per_item": (time.perf_counter() - t0) / max(len(problems), 1),
+            "eval_probe_items": len(problems),
+        }
+
+    def gate(
+        self, pilot_rows: list[dict[str, Any]], executed: dict[str, dict[str, Any]]
+    ) -> dict[str, Any]:
+        from losslab.engine import pilot_metrics
+        from losslab.stats.gate import evaluate_gate
+
+        # gate_for: a local run of a plan whose base model is served elsewhere executes
+        # engine.local_base_model, which the executed_base_model check must then accept.
+        gate = self.plan.gate_for(self.backend)
+        if gate is None or not gate.applicable:
+            return _not_applicable("activation_gate is not applicable in the plan")
+        update = self.plan.updates_per_batch
+        try:
+            model = str(executed.get("base_model", {}).get("executed") or "")
+            metrics = pilot_metrics(pilot_rows, base_model=model, update=update)
+        except KeyError as e:
+            raise RunError(f"the pilot did not log what the gate needs: {e}") from e
+        result = evaluate_gate(gate, metrics)
+        rows = [
+            {
+                "check": c.metric,
+                "measured": c.measured,
+                "bound": c.bound,
+                "passed": c.passed,
+                "note": c.reason,
+            }
+            for c in result.checks
+        ]
+        return {
+            **result.to_dict(),
+            "metrics": metrics,
+            "measured_at_update": update,
+            "checks": rows,
+            "failures": _rows_failures(rows),
+        }
+
+    def feasibility(self, timings: dict[str, Any]) -> dict[str, Any]:
+        from losslab.stats.feasibility import StepTimings, project_feasibility
+
+        rows = timings["rows"]
+        upb = self.plan.updates_per_batch
+        sample_s = sum(r.get("time/sample_s", 0.0) + r.get("time/snapshot_s", 0.0) for r in rows)
+        train_s = sum(
+            r.get("time/forward_backward_s", 0.0) + r.get("time/optim_s", 0.0) for r in rows
+        )
+        n = max(len(rows), 1)
+        st = StepTimings(
+            sample_s=sample_s / n,
+            train_s=train_s / n / upb,
+            eval_s_per_item=float(timings.get("eval_s_per_item") or 0.0),
+            gpus=1.0 if (self.backend == "local" and torch.cuda.is_available()) else 0.0,
+            measured_s=float(timings.get("pilot_seconds") or 0.0),
+            pilot_reused=True,  # the treatment arm continues from the pilot's checkpoint
+        )
+        fc = project_feasibility(st, self.plan)
+        budget = self.plan.budget
+        rows_out = []
+        if budget.max_wall_minutes is not None:
+            rows_out.append(
+                {
+                    "check": "projected wall minutes",
+                    "measured": fc.wall_seconds / 60,
+                    "bound": f"<= {budget.max_wall_minutes:g}",
+                    "passed": fc.wall_seconds <= budget.max_wall_minutes * 60,
+                }
+            )
+        if budget.gpu_hours is not None:
+            rows_out.append(
+                {
+                    "check": "projected GPU-hours",
+                    "measured": fc.gpu_hours,
+                    "bound": f"<= {budget.gpu_hours:g}",
+                    "passed": fc.gpu_hours <= budget.gpu_hours,
+                }
+            )
+        passed = fc.status == "pass" or not self.plan.feasibility_required
+        return {
+            **fc.model_dump(),
+            "projected_wall_seconds": fc.wall_seconds,
+            "timings": asdict(st),
+            "passed": passed,
+            "checks": rows_out,
+            "failures": _rows_failures(rows_out),
+            "note": "projection counts the pilot separately; the run reuses the pilot steps, "
+            "so the measured time should come in below it",
+        }
+
+    def evaluate(self, arm: str, trainer: LocalArmTrainer) -> list[dict[str, Any]]:
+        from losslab.engine import evaluate
+
+        problems = self.task.test[: self.plan.eval.n_examples]
+        sampler = trainer.client.save_weights_and_get_sampling_client().result()
+        items = evaluate(
+            sampler,
+            self.task,
+            problems,
+            trainer.renderer,
+            max_tokens=self.plan.engine.eval_max_tokens,
+            seed=0,
+        )
+        return [asdict(i) for i in items]
+
+    def decide(self, evals: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+        from losslab.stats.decision import PairedOutcomes, decide
+
+        outcomes = PairedOutcomes.from_records(evals)
+        verdict = decide(self.plan.decision_rule, outcomes, plan=self.plan).to_dict()
+        return verdict
+
+    def environment(self) -> dict[str, Any]:
+        import importlib.metadata as md
+
+        versions = {}
+        for pkg in ("torch", "transformers", "peft", "tinker", "numpy", "scipy", "reasoning-gym"):
+            try:
+                versions[pkg] = md.version(pkg)
+            except md.PackageNotFoundError:
+                versions[pkg] = None
+        device = "cpu"
+        if self.backend == "tinker":
+            device = "Tinker service"
+        elif torch.cuda.is_available():
+            device = f"cuda: {torch.cuda.get_device_name(0)}"
+        return {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "versions": versions,
+            "device": device,
+            "torch_threads": torch.get_num_threads(),
+            "cpu_count": os.cpu_count(),
+            "base_model": self.base_model,
+            "plan_base_model": self.plan.base_model,
+            "task": self.plan.task_name,
+            "data": str(self.data) if self.data else None,
+        }

@@ -1,0 +1,449 @@
+"""`losslab run`: the phases of one experiment, in order, each leaving its artifact.
+
+    correctness preflight -> restoration preflight -> pilot (first k steps of the treatment arm)
+    -> feasibility projection from the pilot's measured timings -> activation gate on the pilot
+    -> both arms -> evaluation -> decision rule -> report
+
+A phase whose artifact is already recorded as done in manifest.json is skipped, and training
+continues from each arm's newest checkpoint; that is all `--resume` does. A failed check stops
+the run with a message naming the check, the measured value and the bound, unless `force`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import errno
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from losslab.runner.checkpoint import (
+    latest_checkpoint,
+    prune_checkpoints,
+    restore_rng,
+    save_checkpoint,
+)
+from losslab.runner.errors import CheckFailed, RunDirError, RunError
+from losslab.runner.progress import RunConsole
+from losslab.runner.protocols import ArmTrainer, Components
+from losslab.runner.rundir import (
+    PHASES,
+    RunDir,
+    atomic_write_json,
+    atomic_write_jsonl,
+    read_json,
+    read_jsonl,
+)
+
+KEEP_CHECKPOINTS = 2  # newest two per arm: resume needs one, the other guards a bad disk write
+EVAL_SEED_OFFSET = 1_000_003  # eval RNG stream differs from training's, same for every arm
+
+ComponentsFactory = Callable[[Path, str], Components]
+
+
+class RunInterrupted(RunError):
+    """Ctrl-C: the run directory is left resumable."""
+
+    exit_code = 130
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_dir: Path
+    verdict: dict[str, Any] | None
+    report_html: Path | None
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def default_run_dir(plan_file: Path) -> Path:
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{Path(plan_file).stem}-{stamp}"
+
+
+def run_plan(
+    plan_file: Path,
+    *,
+    backend: str = "local",
+    out: Path | None = None,
+    resume: Path | None = None,
+    force: bool = False,
+    quiet: bool = False,
+    data: Path | None = None,
+    components_factory: ComponentsFactory | None = None,
+) -> RunResult:
+    """Run (or resume) the experiment in `plan_file`; returns the run directory and verdict.
+
+    Args:
+        plan_file: the plan JSON. On `resume` it must be the same file content as the run's.
+        backend: "local" (embedded model, CPU) or "tinker" (the Tinker service).
+        out: new run directory (default runs/<plan>-<UTC time>); must be absent or empty.
+        resume: an existing run directory to continue from its last completed step.
+        force: continue past a failed preflight, gate, feasibility or config check; the
+            report flags every check that was overridden.
+        quiet: plain log lines instead of progress bars.
+        data: a folder with the task's data files (GSM8K: train.jsonl and test.jsonl) for
+            machines without the Hugging Face hub or cache; offline tasks ignore it.
+        components_factory: builds the phases' `Components` from (plan file, backend); tests
+            pass a fake. Default: losslab's own packages.
+
+    Raises:
+        RunError (and subclasses), PlanError: with a message fit for the user.
+    """
+    plan_file = Path(plan_file)
+    if not plan_file.is_file():
+        raise RunError(f"plan file {plan_file} does not exist")
+    if components_factory is None:
+        from functools import partial
+
+        from losslab.runner.components import DefaultComponents
+
+        components_factory = partial(DefaultComponents, data=data)
+    components = components_factory(plan_file, backend)  # validates the plan before any write
+
+    try:
+        if resume is not None:
+            run = RunDir.open_for_resume(resume, plan_file, backend=backend, force=force)
+        else:
+            run = RunDir.create(
+                out or default_run_dir(plan_file), plan_file, backend=backend, force=force
+            )
+    except OSError as e:
+        raise RunDirError(f"cannot write the run directory: {e}") from e
+    force = bool(run.read_manifest().get("force"))
+    console = RunConsole(run.log_path, quiet=quiet, total_phases=len(PHASES))
+    how = f"resuming {run.root}" if resume is not None else f"run directory {run.root}"
+    console.log(f"losslab run {plan_file} --backend {backend}: {how}")
+    resume_hint = f"losslab run {plan_file} --backend {backend} --resume {run.root}"
+    threads = torch.get_num_threads()  # a resume may pin it to the original run's; restored below
+    try:
+        return _Runner(run, components, console, force).run()
+    except KeyboardInterrupt as e:
+        console.log(f"interrupted; the run directory is resumable: {resume_hint}")
+        raise RunInterrupted(f"interrupted. Continue with: {resume_hint}") from e
+    except OSError as e:
+        if e.errno == errno.ENOSPC:
+            raise RunDirError(
+                f"the disk is full while writing {e.filename or run.root}. Free space, then "
+                f"continue with: {resume_hint}"
+            ) from e
+        raise
+    except CheckFailed:
+        raise
+    except RunError as e:
+        console.log(f"stopped: {e}")
+        raise
+    except Exception as e:  # a bug: keep the traceback, but leave a trace in run.log too
+        console.log(
+            f"crashed: {type(e).__name__}: {e}; the run directory is resumable: {resume_hint}"
+        )
+        raise
+    finally:
+        console.close()
+        torch.set_num_threads(threads)
+
+
+class _Runner:
+    def __init__(self, run: RunDir, comp: Components, console: RunConsole, force: bool) -> None:
+        self.run_dir, self.comp, self.console, self.force = run, comp, console, force
+        self.sched = comp.schedule
+
+    # --- the phases, in order ----------------------------------------------------------------
+    def run(self) -> RunResult:
+        self._write_environment()
+        self._check_phase("preflight", self.run_dir.preflight_path, self.comp.preflight)
+        self._check_phase("restoration", self.run_dir.restoration_path, self.comp.restoration)
+        self._pilot()
+        self._check_phase("feasibility", self.run_dir.feasibility_path, self._feasibility)
+        self._check_phase("gate", self.run_dir.gate_path, self._gate)
+        self._arms()
+        self._evaluation()
+        verdict = self._decision()
+        html = self._report()
+        self.console.log(self._verdict_line(verdict))
+        self.console.log(f"report: {html.resolve()}")
+        return RunResult(self.run_dir.root, verdict, html)
+
+    def _write_environment(self) -> None:
+        """Record the environment on the first run; on resume, pin torch's thread count to the
+        recorded one (float reductions depend on it, and resume must reproduce the run)."""
+        manifest = self.run_dir.read_manifest()
+        recorded = manifest.get("environment")
+        if recorded is None:
+            manifest["environment"] = {
+                **self.comp.environment(),
+                "torch_threads": torch.get_num_threads(),
+            }
+        else:
+            threads = recorded.get("torch_threads")
+            if isinstance(threads, int) and threads != torch.get_num_threads():
+                self.console.log(
+                    f"resume: using {threads} torch threads as the original run did "
+                    f"(this process had {torch.get_num_threads()}), so results stay identical"
+                )
+                torch.set_num_threads(threads)
+        manifest["schedule"] = {
+            "arms": list(self.sched.arms),
+            "treatment": self.sched.treatment,
+            "steps": self.sched.steps,
+            "pilot_steps": self.sched.pilot_steps,
+            "seeds": self.sched.seeds,
+        }
+        self.run_dir.write_manifest(manifest)
+
+    def _status(self, phase: str) -> str | None:
+        return self.run_dir.read_manifest().get("phases", {}).get(phase, {}).get("status")
+
+    def _check_phase(
+        self, name: str, artifact: Path, compute: Callable[[], dict[str, Any]]
+    ) -> None:
+        """Run a pass/fail phase; stop on failure unless forced. Skipped once recorded done."""
+        if self._status(name) in ("done", "forced"):
+            self.console.skip_phase(name, "already done (resume)")
+            return
+        t0 = time.perf_counter()
+        with self.console.phase(name):
+            result = compute()
+            atomic_write_json(artifact, result)
+        seconds = time.perf_counter() - t0
+        rel = str(artifact.relative_to(self.run_dir.root))
+        if result.get("passed", False):
+            self.run_dir.mark_phase(name, "done", seconds=seconds, artifact=rel)
+            return
+        failures = result.get("failures") or [
+            {"check": name, "measured": "failed", "bound": "see artifact"}
+        ]
+        first = failures[0]
+        err = CheckFailed(name, str(first["check"]), first["measured"], str(first["bound"]), rel)
+        if self.force:
+            self.run_dir.mark_phase(
+                name, "forced", seconds=seconds, artifact=rel, message=err.summary
+            )
+            self.console.log(f"WARNING --force continues past: {err.summary}")
+            return
+        self.run_dir.mark_phase(name, "failed", seconds=seconds, artifact=rel, message=str(err))
+        self.console.log(f"stopped: {err}")
+        self._report(quiet_fail=True)
+        raise err
+
+    def _pilot(self) -> None:
+        if self._status("pilot") == "done":
+            self.console.skip_phase("pilot", "already done (resume)")
+            return
+        k = self.sched.pilot_steps
+        t0 = time.perf_counter()
+        probe: dict[str, Any] = {}
+
+        def time_eval(trainer: ArmTrainer) -> None:
+            t = time.perf_counter()
+            probe.update(self.comp.eval_probe(trainer))
+            probe["eval_probe_seconds"] = time.perf_counter() - t
+
+        with self.console.phase("pilot", f"first {k} steps of {self.sched.treatment}"):
+            _, setup_s = self._train(self.sched.treatment, until=k, before_close=time_eval)
+        self.run_dir.mark_phase(
+            "pilot",
+            "done",
+            seconds=time.perf_counter() - t0,
+            steps=k,
+            arm=self.sched.treatment,
+            setup_seconds=setup_s,
+            **probe,
+        )
+
+    def _pilot_rows(self) -> list[dict[str, Any]]:
+        rows = read_jsonl(self.run_dir.metrics_path(self.sched.treatment))
+        return rows[: self.sched.pilot_steps]
+
+    def _feasibility(self) -> dict[str, Any]:
+        pilot = self.run_dir.read_manifest()["phases"]["pilot"]
+        rows = self._pilot_rows()
+        timings = {
+            "rows": rows,
+            "pilot_steps": len(rows),
+            "step_seconds": [r.get("time/step_s") for r in rows],
+            "setup_seconds": pilot.get("setup_seconds"),
+            "pilot_seconds": pilot.get("seconds"),
+            "eval_s_per_item": pilot.get("eval_s_per_item"),
+            "arms": len(self.sched.arms),
+            "steps_per_arm": self.sched.steps,
+        }
+        return self.comp.feasibility(timings)
+
+    def _gate(self) -> dict[str, Any]:
+        path = self.run_dir.executed_config_path
+        executed = read_json(path).get(self.sched.treatment, {}) if path.is_file() else {}
+        return self.comp.gate(self._pilot_rows(), executed)
+
+    def _arms(self) -> None:
+        if self._status("arms") == "done":
+            self.console.skip_phase("arms", "already done (resume)")
+            return
+        t0 = time.perf_counter()
+        with self.console.phase("arms", f"{len(self.sched.arms)} arms x {self.sched.steps} steps"):
+            for arm in self.sched.arms:
+                self._train(arm, until=self.sched.steps)
+        self.run_dir.mark_phase("arms", "done", seconds=time.perf_counter() - t0)
+
+    def _evaluation(self) -> None:
+        if self._status("evaluation") == "done":
+            self.console.skip_phase("evaluation", "already done (resume)")
+            return
+        t0 = time.perf_counter()
+        with self.console.phase("evaluation"):
+            for arm in self.sched.arms:
+                path = self.run_dir.eval_path(arm)
+                if path.is_file():  # written atomically: present means complete
+                    self.console.log(f"evaluation of {arm}: already done (resume)")
+                    continue
+                ck = latest_checkpoint(self.run_dir.checkpoints_dir(arm))
+                if ck is None or ck.step != self.sched.steps:
+                    raise RunError(f"arm {arm} has no final checkpoint to evaluate")
+                trainer = self._open_trainer(arm)
+                try:
+                    trainer.load(ck.trainer_dir, ck.trainer, ck.cursor)
+                    seed_everything(self.sched.seeds[arm] + EVAL_SEED_OFFSET)
+                    t_arm = time.perf_counter()
+                    rows = self.comp.evaluate(arm, trainer)
+                    acc = sum(bool(r.get("correct")) for r in rows) / max(len(rows), 1)
+                    self.console.log(
+                        f"evaluation of {arm}: {len(rows)} items, accuracy {acc:.4f}, "
+                        f"{time.perf_counter() - t_arm:.1f} s"
+                    )
+                finally:
+                    trainer.close()
+                atomic_write_jsonl(path, rows)
+        self.run_dir.mark_phase("evaluation", "done", seconds=time.perf_counter() - t0)
+
+    def _decision(self) -> dict[str, Any]:
+        if self._status("decision") == "done":
+            self.console.skip_phase("decision", "already done (resume)")
+            return read_json(self.run_dir.verdict_path)
+        t0 = time.perf_counter()
+        with self.console.phase("decision"):
+            evals = {arm: read_jsonl(self.run_dir.eval_path(arm)) for arm in self.sched.arms}
+            verdict = self.comp.decide(evals)
+            atomic_write_json(self.run_dir.verdict_path, verdict)
+        self.run_dir.mark_phase("decision", "done", seconds=time.perf_counter() - t0)
+        return verdict
+
+    def _report(self, quiet_fail: bool = False) -> Path:
+        from losslab.report import build_report
+
+        t0 = time.perf_counter()
+        if quiet_fail:  # a stopped run still gets a report that shows why it stopped
+            try:
+                path = build_report(self.run_dir.root).html_path
+                self.console.log(f"report of the stopped run: {path.resolve()}")
+            except Exception as e:  # the stop message matters more than the report
+                self.console.log(f"could not build the report of the stopped run: {e}")
+                path = self.run_dir.report_html_path
+            return path
+        with self.console.phase("report"):
+            paths = build_report(self.run_dir.root)
+        self.run_dir.mark_phase("report", "done", seconds=time.perf_counter() - t0)
+        return paths.html_path
+
+    @staticmethod
+    def _verdict_line(verdict: dict[str, Any]) -> str:
+        outcome = verdict.get("outcome") or verdict.get("verdict") or verdict.get("decision")
+        ci = verdict.get("ci") or verdict.get("interval")
+        return f"verdict: {outcome}" + (f" (CI {ci})" if ci is not None else "")
+
+    # --- training with per-step checkpoints --------------------------------------------------
+    def _open_trainer(self, arm: str) -> ArmTrainer:
+        """Seed, create the arm's trainer, and record + check its executed configuration."""
+        seed_everything(self.sched.seeds[arm])
+        trainer = self.comp.make_trainer(arm)
+        path = self.run_dir.executed_config_path
+        recorded = read_json(path) if path.is_file() else {}
+        if arm not in recorded:
+            values = self.comp.executed_config(arm, trainer)
+            for v in values.values():
+                v["match"] = v.get("plan") == v.get("executed")
+            recorded[arm] = values
+            atomic_write_json(path, recorded)
+            bad = [(k, v) for k, v in values.items() if not v["match"]]
+            if bad:
+                key, v = bad[0]
+                err = CheckFailed(
+                    "executed config",
+                    f"{arm}.{key}",
+                    v.get("executed"),
+                    f"== {v.get('plan')!r} (the plan)",
+                    path.name,
+                )
+                if not self.force:
+                    trainer.close()
+                    self.run_dir.mark_phase("executed_config", "failed", message=str(err))
+                    self.console.log(f"stopped: {err}")
+                    self._report(quiet_fail=True)
+                    raise err
+                self.run_dir.mark_phase("executed_config", "forced", message=err.summary)
+                self.console.log(f"WARNING --force continues past: {err.summary}")
+        return trainer
+
+    def _train(
+        self,
+        arm: str,
+        until: int,
+        before_close: Callable[[ArmTrainer], None] | None = None,
+    ) -> tuple[list[dict[str, Any]], float]:
+        """Train `arm` up to `until` completed steps, checkpointing after every step.
+
+        `before_close(trainer)` runs on the trained state before the trainer is released (the
+        pilot times a few evaluation items there); it runs after the last checkpoint, so it
+        cannot change what a resumed run computes.
+        """
+        ckdir = self.run_dir.checkpoints_dir(arm)
+        ck = latest_checkpoint(ckdir)
+        start = ck.step if ck else 0
+        if ck is not None:  # the checkpoint is the truth; a kill may have come before this write
+            atomic_write_jsonl(self.run_dir.metrics_path(arm), ck.metrics)
+        if start >= until and before_close is None:
+            self.console.log(f"{arm}: {start} steps already done (resume)")
+            return (ck.metrics if ck else []), 0.0
+        t_setup = time.perf_counter()
+        trainer = self._open_trainer(arm)
+        rows: list[dict[str, Any]] = []
+        if ck is not None:
+            trainer.load(ck.trainer_dir, ck.trainer, ck.cursor)
+            restore_rng(ck.rng)
+            rows = list(ck.metrics)
+            self.console.log(f"{arm}: continuing from checkpoint step {ck.step}")
+        setup_s = time.perf_counter() - t_setup
+        try:
+            with self.console.steps(arm, start, until) as bar:
+                for i in range(start, until):
+                    t0 = time.perf_counter()
+                    row = dict(trainer.step(i))
+                    row["step"] = i
+                    row["arm"] = arm
+                    row["time/step_s"] = time.perf_counter() - t0
+                    rows.append(row)
+                    save_checkpoint(
+                        ckdir, i + 1, cursor=trainer.cursor, metrics=rows, save_trainer=trainer.save
+                    )
+                    atomic_write_jsonl(self.run_dir.metrics_path(arm), rows)
+                    prune_checkpoints(ckdir, KEEP_CHECKPOINTS, protect={self.sched.steps})
+                    bar.done(i, row["time/step_s"], _step_summary(row))
+            if before_close is not None:
+                before_close(trainer)
+        finally:
+            trainer.close()
+        return rows, setup_s
+
+
+def _step_summary(row: dict[str, Any]) -> str:
+    keys = ("reward/mean", "loss/clip_fraction", "dppo/mask_fraction", "drift/abs_p_q90")
+    return " ".join(f"{k}={row[k]:.4g}" for k in keys if isinstance(row.get(k), int | float))

@@ -1,0 +1,309 @@
+"""The run directory: one folder per `losslab run`, one artifact per phase, all written atomically.
+
+Layout (every path is relative to the run directory):
+
+    manifest.json                 plan sha256, losslab version, backend, phase status
+    plan.json                     byte-for-byte copy of the plan that was run
+    preflight.json                correctness preflight (losses vs pinned references)
+    restoration.json              restoration preflight (both arms start from the same state)
+    pilot/gate.json               activation gate: measured pilot metrics vs the plan's bounds
+    feasibility.json              projected cost of the full run from measured pilot timings
+    executed_config.json          the configuration the backend actually ran, compared with the plan
+    arms/<arm>/metrics.jsonl      one row per RL step
+    arms/<arm>/checkpoints/step_XXXX/   state after step XXXX (weights, optimizer, RNG, cursor)
+    eval_<arm>.jsonl              one row per evaluation item
+    verdict.json                  decision rule applied to the paired evaluation
+    report.json, report.html      the report (`losslab report RUN_DIR` rebuilds both)
+    run.log                       what the run printed, plus timings
+
+A file only appears once it is complete (temp file + `os.replace`), so a run killed at any point
+leaves a directory that `--resume` can continue from.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from losslab import __version__
+from losslab.runner.errors import ResumeRefused, RunDirError
+
+MANIFEST_FORMAT = 1
+PHASES = (
+    "preflight",
+    "restoration",
+    "pilot",
+    "feasibility",
+    "gate",
+    "arms",
+    "evaluation",
+    "decision",
+    "report",
+)
+
+
+def _read_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write `data` to `path` so that readers see either the old file or the whole new one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; artifacts are ordinary files
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def dumps_json(obj: Any) -> str:
+    """Canonical JSON for artifacts: sorted keys, two-space indent, NaN written as null."""
+    return json.dumps(_json_safe(obj), indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+
+SECRET_ENV_VARS = ("TINKER_API_KEY",)
+
+
+def redact(text: str) -> str:
+    """Replace the values of secret environment variables (TINKER_API_KEY) by `***`."""
+    for name in SECRET_ENV_VARS:
+        value = os.environ.get(name)
+        if value:
+            text = text.replace(value, "***")
+    return text
+
+
+def _json_safe(obj: Any) -> Any:
+    if isinstance(obj, str):
+        return redact(obj)
+    if isinstance(obj, float):
+        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
+    if isinstance(obj, dict):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    if hasattr(obj, "model_dump"):
+        return _json_safe(obj.model_dump(mode="json"))
+    if hasattr(obj, "item") and callable(obj.item):  # numpy / torch scalars
+        return _json_safe(obj.item())
+    return obj
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_bytes(path, dumps_json(obj).encode())
+
+
+def atomic_write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
+    text = "".join(json.dumps(_json_safe(r), sort_keys=True, allow_nan=False) + "\n" for r in rows)
+    atomic_write_bytes(path, text.encode())
+
+
+def read_json(path: Path) -> Any:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class RunDir:
+    """Paths and manifest bookkeeping of one run directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    # --- paths -------------------------------------------------------------------------------
+    @property
+    def manifest_path(self) -> Path:
+        return self.root / "manifest.json"
+
+    @property
+    def plan_path(self) -> Path:
+        return self.root / "plan.json"
+
+    @property
+    def preflight_path(self) -> Path:
+        return self.root / "preflight.json"
+
+    @property
+    def restoration_path(self) -> Path:
+        return self.root / "restoration.json"
+
+    @property
+    def pilot_dir(self) -> Path:
+        return self.root / "pilot"
+
+    @property
+    def gate_path(self) -> Path:
+        return self.pilot_dir / "gate.json"
+
+    @property
+    def feasibility_path(self) -> Path:
+        return self.root / "feasibility.json"
+
+    @property
+    def executed_config_path(self) -> Path:
+        return self.root / "executed_config.json"
+
+    @property
+    def verdict_path(self) -> Path:
+        return self.root / "verdict.json"
+
+    @property
+    def report_json_path(self) -> Path:
+        return self.root / "report.json"
+
+    @property
+    def report_html_path(self) -> Path:
+        return self.root / "report.html"
+
+    @property
+    def log_path(self) -> Path:
+        return self.root / "run.log"
+
+    def arm_dir(self, arm: str) -> Path:
+        return self.root / "arms" / arm
+
+    def metrics_path(self, arm: str) -> Path:
+        return self.arm_dir(arm) / "metrics.jsonl"
+
+    def checkpoints_dir(self, arm: str) -> Path:
+        return self.arm_dir(arm) / "checkpoints"
+
+    def eval_path(self, arm: str) -> Path:
+        return self.root / f"eval_{arm}.jsonl"
+
+    # --- manifest ----------------------------------------------------------------------------
+    def read_manifest(self) -> dict[str, Any]:
+        try:
+            return read_json(self.manifest_path)
+        except FileNotFoundError as e:
+            raise RunDirError(
+                f"{self.root} is not a losslab run directory: manifest.json is missing"
+            ) from e
+        except json.JSONDecodeError as e:
+            raise RunDirError(f"{self.manifest_path} is not valid JSON ({e})") from e
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        manifest["updated_at"] = _now()
+        atomic_write_json(self.manifest_path, manifest)
+
+    def phase_done(self, phase: str) -> bool:
+        return self.read_manifest().get("phases", {}).get(phase, {}).get("status") == "done"
+
+    def mark_phase(self, phase: str, status: str, **info: Any) -> None:
+        """Record a phase's status ("done", "failed", "forced") and facts such as its seconds."""
+        manifest = self.read_manifest()
+        manifest.setdefault("phases", {})[phase] = {"status": status, "at": _now(), **info}
+        self.write_manifest(manifest)
+
+    # --- create / open -----------------------------------------------------------------------
+    @classmethod
+    def create(cls, root: Path, plan_file: Path, *, backend: str, force: bool) -> RunDir:
+        """Make a fresh run directory holding a copy of the plan and a manifest."""
+        root = Path(root)
+        if root.exists() and (not root.is_dir() or any(root.iterdir())):
+            raise RunDirError(
+                f"--out {root} already exists and is not empty; pass a new folder, or "
+                f"`--resume {root}` to continue a run there"
+            )
+        root.mkdir(parents=True, exist_ok=True)
+        run = cls(root)
+        plan_bytes = Path(plan_file).read_bytes()
+        atomic_write_bytes(run.plan_path, plan_bytes)
+        manifest = {
+            "format": MANIFEST_FORMAT,
+            "losslab_version": __version__,
+            "plan_sha256": hashlib.sha256(plan_bytes).hexdigest(),
+            "plan_source": str(Path(plan_file).resolve()),
+            "backend": backend,
+            "force": force,
+            "created_at": _now(),
+            "resumed": [],
+            "phases": {},
+        }
+        run.write_manifest(manifest)
+        return run
+
+    @classmethod
+    def open_for_resume(cls, root: Path, plan_file: Path, *, backend: str, force: bool) -> RunDir:
+        """Open an existing run directory, refusing one made by another plan or losslab version."""
+        root = Path(root)
+        if not root.is_dir():
+            raise ResumeRefused(f"--resume {root}: no such directory")
+        run = cls(root)
+        manifest = run.read_manifest()
+        plan_sha = sha256_file(plan_file)
+        if manifest.get("plan_sha256") != plan_sha:
+            raise ResumeRefused(
+                f"--resume {root}: the run directory was made from another plan "
+                f"(plan sha256 {manifest.get('plan_sha256')}, {plan_file} has {plan_sha})"
+            )
+        if manifest.get("losslab_version") != __version__:
+            raise ResumeRefused(
+                f"--resume {root}: the run directory was made by losslab "
+                f"{manifest.get('losslab_version')}, this is losslab {__version__}; "
+                "results would mix two versions"
+            )
+        if manifest.get("format") != MANIFEST_FORMAT:
+            raise ResumeRefused(
+                f"--resume {root}: manifest format {manifest.get('format')} is not "
+                f"{MANIFEST_FORMAT}"
+            )
+        if manifest.get("backend") != backend:
+            raise ResumeRefused(
+                f"--resume {root}: the run used --backend {manifest.get('backend')}, "
+                f"not {backend}; the arms must run on one backend"
+            )
+        manifest.setdefault("resumed", []).append(_now())
+        manifest["force"] = bool(manifest.get("force")) or force
+        run.write_manifest(manifest)
+        return run

@@ -1,0 +1,201 @@
+"""A fake `Components` for runner tests: a tiny torch model trained by Adam on random data.
+
+It exercises everything the runner owns (phase order, artifacts, checkpoints, RNG capture,
+resume, stop-on-failure) in milliseconds. Each step draws its batch from the *global* torch RNG,
+so a resume that failed to restore RNG state, weights, optimizer state or the cursor would give
+different final weights and evaluation results.
+
+The fake "plan" is a small JSON file:
+    {"arms": ["base", "treat"], "steps": 4, "pilot_steps": 2, "gate_min": 0.0,
+     "preflight_pass": true, "executed_model": "fake-model"}
+`factory(interrupt_at=k)` raises KeyboardInterrupt at the k-th training step call (Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from losslab.runner.protocols import Schedule
+
+N_EVAL = 40
+
+
+def write_fake_plan(path: Path, **overrides: Any) -> Path:
+    plan = {
+        "arms": ["base", "treat"],
+        "steps": 4,
+        "pilot_steps": 2,
+        "gate_min": 0.0,
+        "preflight_pass": True,
+        "executed_model": "fake-model",
+    }
+    plan.update(overrides)
+    path.write_text(json.dumps(plan))
+    return path
+
+
+class FakeTrainer:
+    def __init__(self, arm: str, lr: float, calls: dict[str, int], interrupt_at: int | None):
+        self.arm = arm
+        self.model = torch.nn.Linear(4, 1)  # initialised from the global torch RNG (seeded)
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=lr)
+        self._cursor = {"next_step": 0}
+        self._calls, self._interrupt_at = calls, interrupt_at
+        self.closed = False
+
+    def step(self, step: int) -> dict[str, Any]:
+        self._calls["steps"] += 1
+        if self._interrupt_at is not None and self._calls["steps"] == self._interrupt_at:
+            raise KeyboardInterrupt
+        assert self._cursor["next_step"] == step, "runner resumed at the wrong data cursor"
+        x = torch.randn(16, 4)  # global RNG: resume must restore it
+        y = x.sum(dim=1, keepdim=True)
+        loss = ((self.model(x) - y) ** 2).mean()
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+        self._cursor = {"next_step": step + 1}
+        return {
+            "loss/value": float(loss.detach()),
+            "reward/mean": float(-loss.detach()),
+            "loss/clip_fraction": 0.1,
+            "dppo/mask_fraction": 0.05,
+            "drift/abs_p_q90": 0.01 * (step + 1),
+        }
+
+    @property
+    def cursor(self) -> dict[str, Any]:
+        return dict(self._cursor)
+
+    def save(self, folder: Path) -> dict[str, Any]:
+        torch.save(
+            {"model": self.model.state_dict(), "opt": self.opt.state_dict()}, folder / "s.pt"
+        )
+        return {"file": "s.pt"}
+
+    def load(self, folder: Path, info: dict[str, Any], cursor: dict[str, Any]) -> None:
+        state = torch.load(folder / info["file"])
+        self.model.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["opt"])
+        self._cursor = dict(cursor)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeComponents:
+    """Built from (plan file, backend) like the real one; `calls` counts work done."""
+
+    def __init__(self, plan_file: Path, backend: str, interrupt_at: int | None = None) -> None:
+        self.plan = json.loads(Path(plan_file).read_text())
+        arms = tuple(self.plan["arms"])
+        self.schedule = Schedule(
+            arms=arms,
+            treatment=arms[1],
+            steps=self.plan["steps"],
+            pilot_steps=self.plan["pilot_steps"],
+            seeds={a: 7 for a in arms},
+        )
+        self.calls = {"steps": 0, "preflight": 0, "evaluate": 0}
+        self.interrupt_at = interrupt_at
+
+    def preflight(self) -> dict[str, Any]:
+        self.calls["preflight"] += 1
+        ok = self.plan["preflight_pass"]
+        check = {
+            "check": "loss.max_abs_error",
+            "measured": 0.0 if ok else 0.5,
+            "bound": "<= 1e-05",
+            "passed": ok,
+        }
+        return {"passed": ok, "checks": [check], "failures": [] if ok else [check]}
+
+    def restoration(self) -> dict[str, Any]:
+        check = {
+            "check": "logprob max |diff|",
+            "measured": 0.0,
+            "bound": "<= 1e-06",
+            "passed": True,
+        }
+        return {"passed": True, "checks": [check], "failures": []}
+
+    def make_trainer(self, arm: str) -> FakeTrainer:
+        lr = 0.05 if arm == self.schedule.treatment else 0.01
+        return FakeTrainer(arm, lr, self.calls, self.interrupt_at)
+
+    def executed_config(self, arm: str, trainer: Any) -> dict[str, dict[str, Any]]:
+        return {"base_model": {"plan": "fake-model", "executed": self.plan["executed_model"]}}
+
+    def eval_probe(self, trainer: FakeTrainer) -> dict[str, Any]:
+        return {"eval_s_per_item": 0.001}
+
+    def gate(self, pilot_rows: list[dict[str, Any]], executed: dict[str, Any]) -> dict[str, Any]:
+        assert executed["base_model"]["executed"] == self.plan["executed_model"]
+        measured = sum(r["dppo/mask_fraction"] for r in pilot_rows) / len(pilot_rows)
+        ok = measured >= self.plan["gate_min"]
+        check = {
+            "check": "dppo_masked_token_fraction",
+            "measured": measured,
+            "bound": f">= {self.plan['gate_min']}",
+            "passed": ok,
+        }
+        return {
+            "passed": ok,
+            "checks": [check],
+            "failures": [] if ok else [check],
+            "pilot_steps": len(pilot_rows),
+        }
+
+    def feasibility(self, timings: dict[str, Any]) -> dict[str, Any]:
+        per_step = sum(timings["step_seconds"]) / max(len(timings["step_seconds"]), 1)
+        projected = per_step * timings["steps_per_arm"] * timings["arms"]
+        check = {
+            "check": "projected wall seconds",
+            "measured": projected,
+            "bound": "<= 600",
+            "passed": projected <= 600,
+        }
+        return {"passed": check["passed"], "checks": [check], "projected_wall_seconds": projected}
+
+    def evaluate(self, arm: str, trainer: FakeTrainer) -> list[dict[str, Any]]:
+        self.calls["evaluate"] += 1
+        g = torch.Generator().manual_seed(123)  # the same items for every arm
+        x = torch.randn(N_EVAL, 4, generator=g)
+        with torch.no_grad():
+            err = (trainer.model(x).squeeze(1) - x.sum(dim=1)).abs()
+        return [
+            {"id": f"item{i}", "correct": bool(e < 1.0), "error": float(e)}
+            for i, e in enumerate(err)
+        ]
+
+    def decide(self, evals: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+        base, treat = (evals[a] for a in self.schedule.arms)
+        b = sum(t["correct"] and not s["correct"] for t, s in zip(treat, base, strict=True))
+        c = sum(s["correct"] and not t["correct"] for t, s in zip(treat, base, strict=True))
+        delta = (b - c) / len(base)
+        return {
+            "outcome": "treatment better" if delta > 0 else "inconclusive",
+            "estimate": delta,
+            "b": b,
+            "c": c,
+            "n": len(base),
+        }
+
+    def environment(self) -> dict[str, Any]:
+        return {"device": "cpu", "torch": torch.__version__}
+
+
+def factory(interrupt_at: int | None = None, record: list[FakeComponents] | None = None):
+    """A components factory for `run_plan`; appends each built FakeComponents to `record`."""
+
+    def make(plan_file: Path, backend: str) -> FakeComponents:
+        comp = FakeComponents(plan_file, backend, interrupt_at)
+        if record is not None:
+            record.append(comp)
+        return comp
+
+    return make

@@ -1,0 +1,98 @@
+"""`losslab run` / `losslab report` on bad input: one clear message, an exit code, no traceback."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from losslab.cli import app
+
+REPO = Path(__file__).resolve().parents[2]
+GSM8K_PLAN = REPO / "examples" / "gsm8k_dppo_vs_grpo.json"
+
+
+def _invoke(*args: str):
+    result = CliRunner().invoke(app, list(args))
+    # no exception escaped the command (typer would show a traceback for one)
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result
+
+
+def test_missing_plan_file(tmp_path: Path) -> None:
+    r = _invoke("run", str(tmp_path / "nope.json"), "--out", str(tmp_path / "run"))
+    assert r.exit_code == 1
+    assert f"plan file {tmp_path / 'nope.json'} does not exist" in r.output
+    assert not (tmp_path / "run").exists()
+
+
+def test_malformed_plan_json(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"title": "x", ')
+    r = _invoke("run", str(bad), "--out", str(tmp_path / "run"))
+    assert r.exit_code == 2
+    assert "is not valid" in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "run").exists()  # nothing is written for a plan that fails to load
+
+
+@pytest.mark.parametrize("feature", ["custom_optimizer", "learned_generator"])
+def test_unimplemented_feature_is_refused_up_front(tmp_path: Path, feature: str) -> None:
+    plan = json.loads(GSM8K_PLAN.read_text())
+    plan["experiment_features"][feature] = True
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    r = _invoke("run", str(path), "--out", str(tmp_path / "run"))
+    assert r.exit_code == 2
+    assert f"experiment_features.{feature}" in r.output
+    assert not (tmp_path / "run").exists()
+
+
+def test_unknown_backend(tmp_path: Path) -> None:
+    r = _invoke("run", str(GSM8K_PLAN), "--backend", "gpu")
+    assert r.exit_code == 2 and "--backend 'gpu': expected 'local' or 'tinker'" in r.output
+
+
+def test_out_and_resume_together(tmp_path: Path) -> None:
+    r = _invoke("run", str(GSM8K_PLAN), "--out", "a", "--resume", "b")
+    assert r.exit_code == 2 and "either --out" in r.output
+
+
+def test_resume_of_a_folder_that_is_not_a_run(tmp_path: Path) -> None:
+    (tmp_path / "junk").mkdir()
+    r = _invoke("run", str(GSM8K_PLAN), "--resume", str(tmp_path / "junk"))
+    assert r.exit_code == 2
+    assert "is not a losslab run directory: manifest.json is missing" in r.output
+
+
+def test_tinker_backend_without_key_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    # the correctness preflight runs locally; the restoration preflight is the first backend call
+    r = _invoke("run", str(GSM8K_PLAN), "--backend", "tinker", "--out", str(tmp_path / "run"), "-q")
+    assert r.exit_code == 4, r.output
+    assert "backend 'tinker' is not available" in r.output and "TINKER_API_KEY" in r.output
+    # the run directory stays resumable: the finished phase is recorded, nothing half-written
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["phases"]["preflight"]["status"] == "done"
+
+
+def test_report_of_a_folder_that_is_not_a_run(tmp_path: Path) -> None:
+    r = _invoke("report", str(tmp_path))
+    assert r.exit_code == 2 and "no manifest.json" in r.output
+
+
+def test_report_rebuilds_from_a_run_directory(tmp_path: Path) -> None:
+    from losslab.runner import run_plan
+
+    from ._fake_components import factory, write_fake_plan
+
+    plan = write_fake_plan(tmp_path / "plan.json")
+    run_plan(plan, out=tmp_path / "run", quiet=True, components_factory=factory())
+    (tmp_path / "run" / "report.html").unlink()
+    r = _invoke("report", str(tmp_path / "run"))
+    assert r.exit_code == 0
+    assert f"report: {(tmp_path / 'run' / 'report.html').resolve()}" in r.output
+    assert "Verdict: " in (tmp_path / "run" / "report.html").read_text()
