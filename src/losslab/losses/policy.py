@@ -333,6 +333,24 @@ def _anchor_logprobs(t: PackedTokens, anchor: Anchor) -> Tensor:
     return t.old_logprobs_T
 
 
+def _dppo_output(
+    t: PackedTokens,
+    keep_T: Tensor,
+    anchor_T: Tensor,
+    surrogate: Surrogate,
+    clip_ratio_c: float,
+    reduction: Reduction,
+    counts: dict[str, float | None],
+) -> LossOutput:
+    """The DPPO loss once its trust-region mask is known: the masked IS policy gradient with the
+    weight against the sampler, plus `dppo/mask_fraction` (the gate's name for the clip share)."""
+    ratio_T = importance_ratio(t.logprobs_T, t.sampler_logprobs_T)
+    loss_T = policy_gradient(t, ratio_T, keep_T, surrogate, clip_ratio_c)
+    out = _output(t, loss_T, keep_T, anchor_T, reduction, counts)
+    out.metrics["dppo/mask_fraction"] = out.metrics["loss/clip_fraction"]
+    return out
+
+
 def dppo_binary_tv(
     batch: TokenData,
     *,
@@ -375,12 +393,8 @@ def dppo_binary_tv(
         leaves_down_T=p_T - p_anchor_T < -low,
         zero_adv=zero_adv,
     )
-    ratio_T = importance_ratio(t.logprobs_T, t.sampler_logprobs_T)
-    loss_T = policy_gradient(t, ratio_T, keep_T, surrogate, clip_ratio_c)
     counts = dict(num_tokens=num_tokens, num_sequences=num_sequences, norm_constant=norm_constant)
-    out = _output(t, loss_T, keep_T, anchor_T, reduction, counts)
-    out.metrics["dppo/mask_fraction"] = out.metrics["loss/clip_fraction"]
-    return out
+    return _dppo_output(t, keep_T, anchor_T, surrogate, clip_ratio_c, reduction, counts)
 
 
 def dppo_binary_kl(
@@ -422,9 +436,5 @@ def dppo_binary_kl(
         leaves_down_T=(kl_T > low) & (p_T < p_anchor_T),
         zero_adv=zero_adv,
     )
-    ratio_T = importance_ratio(t.logprobs_T, t.sampler_logprobs_T)
-    loss_T = policy_gradient(t, ratio_T, keep_T, surrogate, clip_ratio_c)
     counts = dict(num_tokens=num_tokens, num_sequences=num_sequences, norm_constant=norm_constant)
-    out = _output(t, loss_T, keep_T, anchor_T, reduction, counts)
-    out.metrics["dppo/mask_fraction"] = out.metrics["loss/clip_fraction"]
-    return out
+    return _dppo_output(t, keep_T, anchor_T, surrogate, clip_ratio_c, reduction, counts)
