@@ -120,6 +120,23 @@ def test_api_key_only_from_env_and_never_printed(monkeypatch):
     assert SECRET not in repr(vars(svc))
 
 
+def test_unreachable_service_times_out_with_a_named_message():
+    # The SDK retries an unreachable base URL forever; client creation must end instead.
+    import concurrent.futures
+
+    class NeverDone:
+        def result(self, timeout=None):
+            concurrent.futures.Future().result(timeout)  # raises TimeoutError after `timeout`
+
+    class HangingSDK:
+        def create_lora_training_client(self, base_model, **kw):
+            return NeverDone()
+
+    svc = TinkerServiceClient(sdk_client=HangingSDK(), create_timeout_s=0.05)
+    with pytest.raises(TimeoutError, match=r"no training client within 0.05 s"):
+        svc.create_lora_training_client("Qwen/Qwen3.5-2B", rank=32, seed=0).result()
+
+
 def test_unknown_backend_is_rejected():
     with pytest.raises(ValueError, match="expected one of"):
         create_service_client("vllm")

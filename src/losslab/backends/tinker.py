@@ -114,15 +114,32 @@ class TinkerTrainingClient:
         }
 
 
+CREATE_TIMEOUT_S = 300.0
+"""How long `.result()` waits for the service to create a training client when the caller gives
+no timeout. The SDK itself retries an unreachable service indefinitely; a run should instead end
+with a message naming the service."""
+
+
 class _TrainingClientFuture:
     """Future of a TinkerTrainingClient over the SDK's client-creation future."""
 
-    def __init__(self, sdk_future: Any, adam_params: types.AdamParams | None) -> None:
+    def __init__(
+        self, sdk_future: Any, adam_params: types.AdamParams | None, default_timeout_s: float
+    ) -> None:
         self._sdk_future = sdk_future
         self._adam = adam_params
+        self._default_timeout_s = default_timeout_s
 
     def result(self, timeout: float | None = None) -> TinkerTrainingClient:
-        return TinkerTrainingClient(self._sdk_future.result(timeout), self._adam)
+        wait_s = self._default_timeout_s if timeout is None else timeout
+        try:
+            sdk_client = self._sdk_future.result(wait_s)
+        except TimeoutError as e:
+            raise TimeoutError(
+                f"the Tinker service created no training client within {wait_s:g} s "
+                f"(unreachable base URL, or the service is busy); check TINKER_BASE_URL"
+            ) from e
+        return TinkerTrainingClient(sdk_client, self._adam)
 
     async def result_async(self, timeout: float | None = None) -> TinkerTrainingClient:
         return TinkerTrainingClient(await self._sdk_future, self._adam)
@@ -136,11 +153,19 @@ class TinkerServiceClient:
 
     Args:
         sdk_client: an already-built SDK ServiceClient (tests pass a fake); default builds one.
+        create_timeout_s: how long creating a training client may take before a TimeoutError
+            that names the service (the SDK alone would retry an unreachable URL forever).
         **sdk_kwargs: forwarded to `tinker.ServiceClient` (base_url, project_id, ...); an
             `api_key` argument is refused so the key cannot come from code or config files.
     """
 
-    def __init__(self, *, sdk_client: Any = None, **sdk_kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        sdk_client: Any = None,
+        create_timeout_s: float = CREATE_TIMEOUT_S,
+        **sdk_kwargs: Any,
+    ) -> None:
         if "api_key" in sdk_kwargs:
             raise ValueError(f"api_key is not accepted; set the {API_KEY_ENV} environment variable")
         if sdk_client is None:
@@ -148,6 +173,7 @@ class TinkerServiceClient:
 
             sdk_client = tinker.ServiceClient(api_key=api_key_from_env(), **sdk_kwargs)
         self._sdk = sdk_client
+        self._create_timeout_s = create_timeout_s
 
     def __repr__(self) -> str:
         return "TinkerServiceClient(api_key=<from TINKER_API_KEY, hidden>)"
@@ -167,7 +193,7 @@ class TinkerServiceClient:
         **kwargs: Any,
     ) -> _TrainingClientFuture:
         fut = self._sdk.create_lora_training_client(base_model, rank=rank, seed=seed, **kwargs)
-        return _TrainingClientFuture(fut, adam_params)
+        return _TrainingClientFuture(fut, adam_params, self._create_timeout_s)
 
     def create_sampling_client(self, *args: Any, **kwargs: Any) -> Any:
         return self._sdk.create_sampling_client(*args, **kwargs)
