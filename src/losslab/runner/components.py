@@ -448,8 +448,8 @@ class DefaultComponents:
             "passed": passed,
             "checks": rows_out,
             "failures": _rows_failures(rows_out),
-            "note": "projection counts the pilot separately; the run reuses the pilot steps, "
-            "so the measured time should come in below it",
+            "note": "the pilot's steps count once, inside the treatment arm that continues "
+            "from them; preflights, model loading and the report are not projected",
         }
 
     def evaluate(self, arm: str, trainer: LocalArmTrainer) -> list[dict[str, Any]]:
