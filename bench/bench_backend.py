@@ -24,11 +24,11 @@ import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import torch
 from tinker import types
 
+from losslab.atomic import atomic_write_json
 from losslab.backends.local import LocalServiceClient
 from losslab.losses import as_tinker_loss_fn, get_loss
 
@@ -220,10 +220,7 @@ def main() -> None:
         },
         "ratio_group_sampling_throughput_ours_over_hf": med(t_hf_g) / med(t_ours_g),
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(args.out).with_suffix(".tmp")
-    tmp.write_text(json.dumps(results, indent=1))
-    os.replace(tmp, args.out)
+    atomic_write_json(args.out, results, indent=1)
     print(json.dumps(results, indent=1))
 
 

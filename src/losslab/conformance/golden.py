@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from losslab.atomic import atomic_write_json
 from losslab.conformance.fixtures import Fixture, FixtureSpec, boundary_margins, generate_fixture
 from losslab.conformance.pinned import run_pinned
 from losslab.conformance.references import (
@@ -441,11 +440,5 @@ def make_golden(
         "sequences": fixture.to_json_dict()["sequences"],
         "outputs": outputs,
     }
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=1)
-        fh.write("\n")
-    os.replace(tmp, out)
+    atomic_write_json(out, data, indent=1)
     return data

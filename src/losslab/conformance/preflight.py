@@ -16,9 +16,6 @@ the tolerance used and pass/fail, and the share of tokens the clip and the mask 
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from losslab.atomic import atomic_write_json
 from losslab.conformance.fixtures import Fixture, generate_fixture, token_tensors
 from losslab.conformance.metrics import Tolerance, check_tolerance
 from losslab.conformance.pinned import PinnedSourceError, run_pinned
@@ -371,15 +369,9 @@ def run_preflight(
 
 
 def write_report(report: Mapping[str, Any], out: str | Path) -> Path:
-    """Write the report atomically (temp file in the same folder, then os.replace)."""
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(report, fh, indent=1, default=_json_default)
-        fh.write("\n")
-    os.replace(tmp, out)
-    return out
+    """Write the report atomically (`losslab.atomic`: temp file in the same folder, then
+    os.replace)."""
+    return atomic_write_json(out, report, indent=1, default=_json_default)
 
 
 def _json_default(value: Any) -> Any:

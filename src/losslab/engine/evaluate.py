@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -13,6 +11,7 @@ from typing import Any
 
 import tinker
 
+from losslab.atomic import atomic_write_text
 from losslab.engine.rl import resolve
 from losslab.tasks.base import ChatRenderer, Problem, Task
 
@@ -96,15 +95,10 @@ def save_eval(
     path: str | Path, items: Sequence[EvalItem], meta: dict[str, Any] | None = None
 ) -> None:
     """Write per-item results as JSONL atomically (`eval_<arm>.jsonl`), optional meta first line."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        if meta is not None:
-            f.write(json.dumps({"meta": {**meta, "written_at": time.time()}}) + "\n")
-        for item in items:
-            f.write(json.dumps(asdict(item)) + "\n")
-    os.replace(tmp, path)
+    records: list[dict[str, Any]] = [asdict(item) for item in items]
+    if meta is not None:
+        records.insert(0, {"meta": {**meta, "written_at": time.time()}})
+    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in records))
 
 
 def load_eval(path: str | Path) -> list[EvalItem]:

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +25,7 @@ import numpy as np
 import tinker
 import torch
 
+from losslab.atomic import atomic_write_text
 from losslab.engine.datums import Rollout, build_datum, group_advantages, split_minibatches
 from losslab.tasks.base import ChatRenderer, Problem, Task, batch_for_step
 
@@ -169,12 +168,7 @@ class MetricsLog:
         ]
 
     def _write(self, records: list[dict[str, Any]]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name, suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for record in records:
-                f.write(json.dumps(record, allow_nan=True) + "\n")
-        os.replace(tmp, self.path)
+        atomic_write_text(self.path, "".join(json.dumps(r, allow_nan=True) + "\n" for r in records))
 
     def append(self, record: dict[str, Any]) -> None:
         self._write([*self.read(), record])

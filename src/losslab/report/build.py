@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from losslab.atomic import atomic_write_json, atomic_write_text
 from losslab.report import plots
 from losslab.report.html import render_html
 
@@ -42,20 +41,6 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]] | None:
         return None
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes 0600; the report is meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _switch(arms: list[dict[str, Any]]) -> dict[str, Any]:
@@ -246,9 +231,7 @@ def build_report(run_dir: Path) -> ReportPaths:
     figs = figures(facts)
     facts["plots"] = {pid: caption for pid, (caption, _) in figs.items()}
     json_path, html_path = run_dir / "report.json", run_dir / "report.html"
-    _write_atomic(
-        json_path, (json.dumps(facts, indent=2, sort_keys=True, default=str) + "\n").encode()
-    )
+    atomic_write_json(json_path, facts, indent=2, sort_keys=True, default=str)
     images = {pid: (cap, base64.b64encode(png).decode()) for pid, (cap, png) in figs.items()}
-    _write_atomic(html_path, render_html(facts, images).encode())
+    atomic_write_text(html_path, render_html(facts, images))
     return ReportPaths(json_path, html_path)

@@ -7,9 +7,9 @@ A checkpoint is the folder `checkpoints/step_XXXX/` (XXXX = number of completed 
     trainer/      what the trainer wrote: LoRA weights and optimizer state (local backend);
                   on Tinker the weights live on the service and state.json holds their path
 
-It is built in a hidden temp folder and renamed into place in one `os.replace`, so a folder
-named `step_XXXX` is always complete; a kill mid-save leaves only a temp folder, removed on
-resume.
+It is built in a hidden temp folder `.tmp-step_XXXX.*` and renamed into place in one
+`os.replace` (`losslab.atomic.atomic_dir`), so a folder named `step_XXXX` is always complete; a
+kill mid-save leaves only a temp folder, removed on resume.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from losslab.runner.rundir import _fsync_dir, atomic_write_json, read_json
+from losslab.atomic import atomic_dir
+from losslab.runner.rundir import atomic_write_json, read_json
 
 STEP_PREFIX = "step_"
 TMP_PREFIX = ".tmp-step_"
@@ -87,27 +88,21 @@ def save_checkpoint(
     `save_trainer(folder)` writes the trainer's weights and optimizer state into `folder` and
     returns a JSON-safe description (e.g. the Tinker state path), kept in state.json.
     """
-    checkpoints_dir.mkdir(parents=True, exist_ok=True)
     final = checkpoints_dir / step_dir_name(step)
-    tmp = checkpoints_dir / f"{TMP_PREFIX}{step:04d}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    (tmp / "trainer").mkdir(parents=True)
-    trainer_info = save_trainer(tmp / "trainer")
-    atomic_write_json(
-        tmp / "state.json",
-        {
-            "step": step,
-            "cursor": cursor,
-            "metrics": metrics,
-            "rng": capture_rng(),
-            "trainer": trainer_info,
-        },
-    )
-    if final.exists():  # a resumed run recomputed this step; the new copy is identical
-        shutil.rmtree(final)
-    tmp.replace(final)
-    _fsync_dir(checkpoints_dir)
+    # an existing `final` is replaced: a resumed run recomputed this step; the new copy is identical
+    with atomic_dir(final, prefix=f"{TMP_PREFIX}{step:04d}.") as tmp:
+        (tmp / "trainer").mkdir()
+        trainer_info = save_trainer(tmp / "trainer")
+        atomic_write_json(
+            tmp / "state.json",
+            {
+                "step": step,
+                "cursor": cursor,
+                "metrics": metrics,
+                "rng": capture_rng(),
+                "trainer": trainer_info,
+            },
+        )
     return final
 
 

@@ -16,8 +16,8 @@ Layout (every path is relative to the run directory):
     report.json, report.html      the report (`losslab report RUN_DIR` rebuilds both)
     run.log                       what the run printed, plus timings
 
-A file only appears once it is complete (temp file + `os.replace`), so a run killed at any point
-leaves a directory that `--resume` can continue from.
+A file only appears once it is complete (`losslab.atomic`: temp file + `os.replace`), so a run
+killed at any point leaves a directory that `--resume` can continue from.
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ import datetime as _dt
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from losslab import __version__
+from losslab.atomic import atomic_write_bytes, atomic_write_text
 from losslab.runner.errors import ResumeRefused, RunDirError
 
 MANIFEST_FORMAT = 1
@@ -46,46 +46,6 @@ PHASES = (
     "decision",
     "report",
 )
-
-
-def _read_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-_UMASK = _read_umask()
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write `data` to `path` so that readers see either the old file or the whole new one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; artifacts are ordinary files
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
 
 
 def dumps_json(obj: Any) -> str:
@@ -124,12 +84,13 @@ def _json_safe(obj: Any) -> Any:
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_bytes(path, dumps_json(obj).encode())
+    """Write `obj` as canonical artifact JSON (`dumps_json`: redacted, NaN as null) atomically."""
+    atomic_write_text(path, dumps_json(obj))
 
 
 def atomic_write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
     text = "".join(json.dumps(_json_safe(r), sort_keys=True, allow_nan=False) + "\n" for r in rows)
-    atomic_write_bytes(path, text.encode())
+    atomic_write_text(path, text)
 
 
 def read_json(path: Path) -> Any:

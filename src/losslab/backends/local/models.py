@@ -23,14 +23,14 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import shutil
-import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from losslab.atomic import atomic_dir
 
 SMOLLM2_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
 SMOLLM2_ALIASES = frozenset({SMOLLM2_NAME, SMOLLM2_NAME.lower(), "smollm2-135m", "smollm2"})
@@ -157,31 +157,27 @@ def build_cache_from_gguf(gguf: Path, target: Path) -> None:
     plain fp32 safetensors folder, atomically (temp dir + rename) so concurrent builders are safe."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    tmp.chmod(0o755)  # mkdtemp makes 0700; the result is a normal shared folder
     try:
-        with _offline():
-            tok = AutoTokenizer.from_pretrained(
-                str(gguf.parent), gguf_file=gguf.name, local_files_only=True
+        with atomic_dir(target, overwrite=False) as tmp:
+            with _offline():
+                tok = AutoTokenizer.from_pretrained(
+                    str(gguf.parent), gguf_file=gguf.name, local_files_only=True
+                )
+                model = AutoModelForCausalLM.from_pretrained(
+                    str(gguf.parent),
+                    gguf_file=gguf.name,
+                    dtype=torch.float32,
+                    local_files_only=True,
+                )
+            _strip_quantizer(model)
+            model.save_pretrained(str(tmp), safe_serialization=True)
+            tok.save_pretrained(str(tmp))
+            (tmp / "losslab_source.json").write_text(
+                json.dumps({"gguf": str(gguf), "wheel": SMOLLM2_WHEEL}, indent=1)
             )
-            model = AutoModelForCausalLM.from_pretrained(
-                str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32, local_files_only=True
-            )
-        _strip_quantizer(model)
-        model.save_pretrained(str(tmp), safe_serialization=True)
-        tok.save_pretrained(str(tmp))
-        (tmp / "losslab_source.json").write_text(
-            json.dumps({"gguf": str(gguf), "wheel": SMOLLM2_WHEEL}, indent=1)
-        )
-        try:
-            os.replace(tmp, target)
-        except OSError:  # another process won the race: keep theirs
-            if not (target / "model.safetensors").is_file():
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    except FileExistsError:  # another process won the race: keep theirs
+        if not (target / "model.safetensors").is_file():
+            raise
 
 
 def _strip_quantizer(model: torch.nn.Module) -> None:

@@ -10,12 +10,12 @@ valid `base_model` for `LocalServiceClient`.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Literal
 
 import torch
+
+from losslab.atomic import atomic_dir
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 CHATML_TEMPLATE = (
@@ -88,16 +88,7 @@ def make_tiny_model_dir(
     config = tiny_config(arch, vocab_size=len(tokenizer), eos_id=eos_id)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    tmp.chmod(0o755)  # mkdtemp makes 0700; the result is a normal shared folder
-    try:
+    with atomic_dir(target) as tmp:  # an existing target is replaced whole
         model.save_pretrained(str(tmp), safe_serialization=True)
         tokenizer.save_pretrained(str(tmp))
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return target

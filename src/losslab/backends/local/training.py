@@ -24,9 +24,6 @@ them as the new configuration; `optim_step()` without params reuses the recorded
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 import threading
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -37,6 +34,7 @@ import numpy as np
 import torch
 from tinker import types
 
+from losslab.atomic import atomic_dir
 from losslab.backends.datums import (
     check_builtin,
     check_data,
@@ -532,37 +530,27 @@ class LocalTrainingClient:
         from safetensors.torch import save_file
 
         target = self._checkpoint_dir(name)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with self._lock:
-            tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-            tmp.chmod(0o755)
-            try:
-                save_file(
-                    {n: t.contiguous() for n, t in self.lora_state().items()},
-                    str(tmp / "adapter.safetensors"),
-                )
-                if with_optimizer:
-                    torch.save(self._optimizer.state_dict(), tmp / "optimizer.pt")
-                meta = {
-                    "format": "losslab-local-checkpoint/1",
-                    "base_model": self._base_model,
-                    "rank": self._rank,
-                    "lora_alpha": LORA_ALPHA,
-                    "target_modules": self._targets,
-                    **self._train_flags,
-                    "seed": self._seed,
-                    "steps": self._steps,
-                    "snapshots": self._snapshots,
-                    "adam_params": adam_dict(self._adam),
-                    "with_optimizer": with_optimizer,
-                }
-                (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-                if target.exists():
-                    shutil.rmtree(target)
-                os.replace(tmp, target)
-            finally:
-                if tmp.exists():
-                    shutil.rmtree(tmp, ignore_errors=True)
+        with self._lock, atomic_dir(target) as tmp:  # an existing target is replaced whole
+            save_file(
+                {n: t.contiguous() for n, t in self.lora_state().items()},
+                str(tmp / "adapter.safetensors"),
+            )
+            if with_optimizer:
+                torch.save(self._optimizer.state_dict(), tmp / "optimizer.pt")
+            meta = {
+                "format": "losslab-local-checkpoint/1",
+                "base_model": self._base_model,
+                "rank": self._rank,
+                "lora_alpha": LORA_ALPHA,
+                "target_modules": self._targets,
+                **self._train_flags,
+                "seed": self._seed,
+                "steps": self._steps,
+                "snapshots": self._snapshots,
+                "adam_params": adam_dict(self._adam),
+                "with_optimizer": with_optimizer,
+            }
+            (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
         return target
 
     def save_state(
