@@ -1,14 +1,14 @@
 """Per-step checkpoints: the whole state needed to continue an arm bit-for-bit after a kill.
 
-A checkpoint is the folder `checkpoints/step_XXXX/` (XXXX = number of completed RL steps):
+A checkpoint is the folder `checkpoints/step_NNNN/` (NNNN = number of completed RL steps):
 
     state.json    step, data cursor, metrics rows so far, Python/NumPy/torch RNG states,
                   and whatever the trainer reported about its own saved state
     trainer/      what the trainer wrote: LoRA weights and optimizer state (local backend);
                   on Tinker the weights live on the service and state.json holds their path
 
-It is built in a hidden temp folder `.tmp-step_XXXX.*` and renamed into place in one
-`os.replace` (`losslab.atomic.atomic_dir`), so a folder named `step_XXXX` is always complete; a
+It is built in a hidden temp folder `.tmp-step_NNNN.*` and renamed into place in one
+`os.replace` (`losslab.atomic.atomic_dir`), so a folder named `step_NNNN` is always complete; a
 kill mid-save leaves only a temp folder, removed on resume.
 """
 

@@ -10,7 +10,7 @@ Layout (every path is relative to the run directory):
     feasibility.json              projected cost of the full run from measured pilot timings
     executed_config.json          the configuration the backend actually ran, compared with the plan
     arms/<arm>/metrics.jsonl      one row per RL step
-    arms/<arm>/checkpoints/step_XXXX/   state after step XXXX (weights, optimizer, RNG, cursor)
+    arms/<arm>/checkpoints/step_NNNN/   state after step NNNN (weights, optimizer, RNG, cursor)
     eval_<arm>.jsonl              one row per evaluation item
     verdict.json                  decision rule applied to the paired evaluation
     report.json, report.html      the report (`losslab report RUN_DIR` rebuilds both)
