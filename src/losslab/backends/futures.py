@@ -15,36 +15,6 @@ from typing import Any, Generic, TypeVar
 T = TypeVar("T")
 
 
-class CompletedFuture(Generic[T]):
-    """A future whose value (or exception) is already known; mirrors `tinker.APIFuture`."""
-
-    def __init__(self, value: T | None = None, error: BaseException | None = None) -> None:
-        self._value = value
-        self._error = error
-
-    def result(self, timeout: float | None = None) -> T:
-        if self._error is not None:
-            raise self._error
-        return self._value  # type: ignore[return-value]
-
-    async def result_async(self, timeout: float | None = None) -> T:
-        return self.result(timeout)
-
-    def __await__(self) -> Generator[Any, None, T]:
-        return self.result_async().__await__()
-
-    def done(self) -> bool:
-        return True
-
-    def future(self) -> concurrent.futures.Future[T]:
-        fut: concurrent.futures.Future[T] = concurrent.futures.Future()
-        if self._error is not None:
-            fut.set_exception(self._error)
-        else:
-            fut.set_result(self._value)  # type: ignore[arg-type]
-        return fut
-
-
 class LazyFuture(Generic[T]):
     """A future resolved by calling `flush()` (which must call `set_result`/`set_error`)."""
 
@@ -85,6 +55,17 @@ class LazyFuture(Generic[T]):
         except Exception as exc:  # the concurrent future carries the error to its reader
             fut.set_exception(exc)
         return fut
+
+
+class CompletedFuture(LazyFuture[T]):
+    """A future whose value (or exception) is already known; mirrors `tinker.APIFuture`."""
+
+    def __init__(self, value: T | None = None, error: BaseException | None = None) -> None:
+        super().__init__(flush=lambda: None)
+        if error is not None:
+            self.set_error(error)
+        else:
+            self._value, self._done = value, True
 
 
 def run_eagerly(fn: Callable[[], T]) -> CompletedFuture[T]:
