@@ -323,8 +323,7 @@ def run(
         typer.echo("interrupted before the run directory was created", err=True)
         raise typer.Exit(130) from None
     verdict = result.verdict or {}
-    outcome = next((verdict[k] for k in ("outcome", "verdict", "decision") if k in verdict), "none")
-    typer.echo(f"verdict: {outcome}")
+    typer.echo(f"verdict: {verdict.get('verdict', 'none')}")
     typer.echo(f"report: {result.report_html.resolve() if result.report_html else 'none'}")
 
 

@@ -117,7 +117,7 @@ def test_report_of_stopped_run_says_where_it_stopped(tmp_path: Path) -> None:
 def test_chromium_renders_verdict_and_every_plot(run_dir: Path, tmp_path: Path) -> None:
     dom = _dump_dom(run_dir / "report.html", tmp_path)
     verdict = json.loads((run_dir / "verdict.json").read_text())
-    assert f"Verdict: {verdict['outcome']}" in dom
+    assert f"Verdict: {verdict['verdict']}" in dom
     # the page's script marks each decoded image; 7 plots, all decoded by the browser
     assert 'data-plots-rendered="7/7"' in dom
     assert dom.count('data-rendered="yes"') == 7 and 'data-rendered="no"' not in dom

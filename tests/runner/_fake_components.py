@@ -178,7 +178,7 @@ class FakeComponents:
         c = sum(s["correct"] and not t["correct"] for t, s in zip(treat, base, strict=True))
         delta = (b - c) / len(base)
         return {
-            "outcome": "treatment better" if delta > 0 else "inconclusive",
+            "verdict": "validated" if delta > 0 else "inconclusive",  # stats' verdict words
             "estimate": delta,
             "b": b,
             "c": c,

@@ -123,9 +123,6 @@ def _status_banner(status: dict[str, Any]) -> str:
     return "".join(parts)
 
 
-_VERDICT_HEADLINE = ("verdict", "outcome", "decision", "conclusion")
-
-
 def _ci_text(ci: Any) -> str:
     if (
         isinstance(ci, list | tuple)
@@ -160,10 +157,10 @@ def _verdict(verdict: dict[str, Any] | None) -> str:
             '<p class="verdict" id="verdict-text">No verdict: the run did not reach the '
             "decision rule.</p>"
         )
-    headline = next((verdict[k] for k in _VERDICT_HEADLINE if k in verdict), None)
+    headline = verdict.get("verdict")
     body = f'<p class="verdict" id="verdict-text">Verdict: {escape(_fmt(headline))}</p>'
-    if verdict.get("statement") or verdict.get("summary"):
-        body += f"<p>{escape(str(verdict.get('statement') or verdict.get('summary')))}</p>"
+    if verdict.get("statement"):
+        body += f"<p>{escape(str(verdict['statement']))}</p>"
     crit = verdict.get("criterion") if isinstance(verdict.get("criterion"), dict) else {}
     means = verdict.get("arm_means") if isinstance(verdict.get("arm_means"), dict) else {}
     arms = crit.get("arms") if isinstance(crit.get("arms"), dict) else {}
@@ -182,7 +179,6 @@ def _verdict(verdict: dict[str, Any] | None) -> str:
     facts["estimand"] = verdict.get("estimand")
     known = {
         "statement",
-        "summary",
         "criterion",
         "arm_means",
         "estimate",
@@ -194,7 +190,7 @@ def _verdict(verdict: dict[str, Any] | None) -> str:
         "estimand",
         "secondary",
         "criteria",
-        *_VERDICT_HEADLINE,
+        "verdict",
     }
     facts.update(
         {k: v for k, v in verdict.items() if k not in known and not isinstance(v, dict | list)}

@@ -356,9 +356,10 @@ class _Runner:
 
     @staticmethod
     def _verdict_line(verdict: dict[str, Any]) -> str:
-        outcome = verdict.get("outcome") or verdict.get("verdict") or verdict.get("decision")
-        ci = verdict.get("ci") or verdict.get("interval")
-        return f"verdict: {outcome}" + (f" (CI {ci})" if ci is not None else "")
+        # the verdict record of losslab.stats (Verdict.to_dict): "verdict" word and "ci" bounds
+        ci = verdict.get("ci")
+        ci_text = f" (CI [{ci[0]:+.4f}, {ci[1]:+.4f}])" if ci else ""
+        return f"verdict: {verdict.get('verdict')}{ci_text}"
 
     # --- training with per-step checkpoints --------------------------------------------------
     def _open_trainer(self, arm: str) -> ArmTrainer:
