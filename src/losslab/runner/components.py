@@ -345,14 +345,13 @@ class DefaultComponents:
                 out[f"adam.{key}"] = {"plan": planned[key], "executed": actual.get(key)}
         return out
 
-    def eval_probe(self, trainer: LocalArmTrainer) -> dict[str, Any]:
-        """Seconds per evaluation item, timed on a few test items (for feasibility)."""
+    def _greedy_eval(self, trainer: LocalArmTrainer, n_items: int) -> list[Any]:
+        """Greedy evaluation of the trainer's current weights on the first `n_items` test items."""
         from losslab.engine import evaluate
 
-        problems = self.task.test[: min(EVAL_PROBE_ITEMS, self.plan.eval.n_examples)]
+        problems = self.task.test[:n_items]
         sampler = trainer.client.save_weights_and_get_sampling_client().result()
-        t0 = time.perf_counter()
-        evaluate(
+        return evaluate(
             sampler,
             self.task,
             problems,
@@ -360,9 +359,15 @@ class DefaultComponents:
             max_tokens=self.plan.engine.eval_max_tokens,
             seed=0,
         )
+
+    def eval_probe(self, trainer: LocalArmTrainer) -> dict[str, Any]:
+        """Seconds per evaluation item, timed on a few test items (for feasibility)."""
+        n_items = min(EVAL_PROBE_ITEMS, self.plan.eval.n_examples)
+        t0 = time.perf_counter()
+        items = self._greedy_eval(trainer, n_items)
         return {
-            "eval_s_per_item": (time.perf_counter() - t0) / max(len(problems), 1),
-            "eval_probe_items": len(problems),
+            "eval_s_per_item": (time.perf_counter() - t0) / max(len(items), 1),
+            "eval_probe_items": len(items),
         }
 
     def gate(
@@ -453,19 +458,7 @@ class DefaultComponents:
         }
 
     def evaluate(self, arm: str, trainer: LocalArmTrainer) -> list[dict[str, Any]]:
-        from losslab.engine import evaluate
-
-        problems = self.task.test[: self.plan.eval.n_examples]
-        sampler = trainer.client.save_weights_and_get_sampling_client().result()
-        items = evaluate(
-            sampler,
-            self.task,
-            problems,
-            trainer.renderer,
-            max_tokens=self.plan.engine.eval_max_tokens,
-            seed=0,
-        )
-        return [asdict(i) for i in items]
+        return [asdict(i) for i in self._greedy_eval(trainer, self.plan.eval.n_examples)]
 
     def decide(self, evals: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         from losslab.stats.decision import PairedOutcomes, decide
