@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import typer
 
+from losslab.backends import BACKENDS, DEFAULT_BACKEND  # the registry only: no backend loaded
+
 app = typer.Typer(
     name="losslab",
     help="Trustworthy post-training RL loss experiments from one plan file.",
@@ -123,9 +125,9 @@ def conform(
     if json_out is not None:
         from pathlib import Path
 
-        from losslab.runner.rundir import atomic_write_json
+        from losslab.runner.rundir import write_json_artifact
 
-        atomic_write_json(Path(json_out), result.to_dict())
+        write_json_artifact(Path(json_out), result.to_dict())
     raise typer.Exit(0 if result.passed else 1)
 
 
@@ -259,11 +261,10 @@ def golden_make(
 def run(
     plan: str = typer.Argument(..., help="The experiment plan (JSON file)."),
     backend: str = typer.Option(
-        "local",
+        DEFAULT_BACKEND,
         "--backend",
         "-b",
-        help="local: the embedded model on this machine (CPU or GPU). "
-        "tinker: the Tinker service (reads TINKER_API_KEY from the environment).",
+        help=". ".join(f"{name}: {about}" for name, (_, about) in BACKENDS.items()) + ".",
     ),
     out: str | None = typer.Option(
         None, "--out", "-o", help="New run directory (default runs/<plan name>-<UTC time>)."
@@ -297,14 +298,15 @@ def run(
     from losslab.plan import PlanError
     from losslab.runner import RunError, run_plan
 
-    if backend not in ("local", "tinker"):
-        typer.echo(f"error: --backend {backend!r}: expected 'local' or 'tinker'", err=True)
+    if backend not in BACKENDS:
+        names = ", ".join(map(repr, BACKENDS))
+        typer.echo(f"error: --backend {backend!r}: expected one of {names}", err=True)
         raise typer.Exit(2)
     if out is not None and resume is not None:
         typer.echo("error: pass either --out (a new run) or --resume (an existing one)", err=True)
         raise typer.Exit(2)
     try:
-        result = run_plan(
+        run_plan(
             Path(plan),
             backend=backend,
             out=Path(out) if out else None,
@@ -322,9 +324,7 @@ def run(
     except KeyboardInterrupt:
         typer.echo("interrupted before the run directory was created", err=True)
         raise typer.Exit(130) from None
-    verdict = result.verdict or {}
-    typer.echo(f"verdict: {verdict.get('verdict', 'none')}")
-    typer.echo(f"report: {result.report_html.resolve() if result.report_html else 'none'}")
+    # the runner itself logged "verdict: ..." and "report: ..." (terminal and run.log)
 
 
 @app.command()

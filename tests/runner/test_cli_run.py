@@ -51,7 +51,18 @@ def test_unimplemented_feature_is_refused_up_front(tmp_path: Path, feature: str)
 
 def test_unknown_backend(tmp_path: Path) -> None:
     r = _invoke("run", str(GSM8K_PLAN), "--backend", "gpu")
-    assert r.exit_code == 2 and "--backend 'gpu': expected 'local' or 'tinker'" in r.output
+    assert r.exit_code == 2 and "--backend 'gpu': expected one of 'local', 'tinker'" in r.output
+
+
+def test_plan_backend_hint_is_checked(tmp_path: Path) -> None:
+    plan = json.loads(GSM8K_PLAN.read_text())
+    plan.setdefault("engine", {})["backend"] = "gpu"
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    r = _invoke("run", str(path), "--out", str(tmp_path / "run"))
+    assert r.exit_code == 2
+    assert "plan engine.backend: --backend 'gpu': expected one of 'local', 'tinker'" in r.output
+    assert not (tmp_path / "run").exists()
 
 
 def test_out_and_resume_together(tmp_path: Path) -> None:

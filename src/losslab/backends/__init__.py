@@ -1,29 +1,51 @@
 """losslab.backends: Tinker-shaped clients, local (transformers + PEFT) or the Tinker service.
 
-`create_service_client(backend="local"|"tinker", **kwargs)` returns a `LocalServiceClient`
-(kwargs: device, dtype, state_dir, num_threads, ...) or a `TinkerServiceClient` (API key only
-from the TINKER_API_KEY environment variable). Both create training clients with
-`create_lora_training_client(base_model, rank, seed)` and use `tinker.types` throughout.
+The registry below is the one place that names the backends. `get_backend(name)` returns the
+backend module's `BACKEND` object (`losslab.backends.protocols.Backend`): it creates the service
+client and answers the runner's questions (device, checkpoints, which base model it executes).
+`create_service_client(name, **kwargs)` is `get_backend(name).create_service_client(**kwargs)`.
+Adding a backend is one module with a `BACKEND` plus one line here (docs/backends.md).
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
-BACKENDS = ("local", "tinker")
+from losslab.backends.protocols import Backend, ServiceClient
+
+BACKENDS: dict[str, tuple[str, str]] = {
+    "local": ("losslab.backends.local.backend", "the embedded model on this machine (CPU or GPU)"),
+    "tinker": ("losslab.backends.tinker", "the Tinker service (reads TINKER_API_KEY from the env)"),
+}
+"""`--backend` name -> (module holding its `BACKEND`, one-line description for the CLI help).
+Modules are imported only when the backend is used."""
+
+DEFAULT_BACKEND = next(iter(BACKENDS))
+"""The backend a run uses when none is named (the first registry entry)."""
 
 
-def create_service_client(backend: str = "local", **kwargs: Any) -> Any:
-    """A service client for `backend` ("local" or "tinker")."""
-    if backend == "local":
-        from losslab.backends.local import LocalServiceClient
-
-        return LocalServiceClient(**kwargs)
-    if backend == "tinker":
-        from losslab.backends.tinker import TinkerServiceClient
-
-        return TinkerServiceClient(**kwargs)
-    raise ValueError(f"backend={backend!r}; expected one of {list(BACKENDS)}")
+def backend_names() -> tuple[str, ...]:
+    return tuple(BACKENDS)
 
 
-__all__ = ["BACKENDS", "create_service_client"]
+def get_backend(name: str) -> Backend:
+    """The registered backend `name`; ValueError naming the valid ones otherwise."""
+    if name not in BACKENDS:
+        raise ValueError(f"--backend {name!r}: expected one of {', '.join(map(repr, BACKENDS))}")
+    return importlib.import_module(BACKENDS[name][0]).BACKEND
+
+
+def create_service_client(backend: str = DEFAULT_BACKEND, **kwargs: Any) -> ServiceClient:
+    """A service client for `backend` (a `BACKENDS` name)."""
+    return get_backend(backend).create_service_client(**kwargs)
+
+
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_BACKEND",
+    "Backend",
+    "backend_names",
+    "create_service_client",
+    "get_backend",
+]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from tinker import types
@@ -197,3 +198,33 @@ class TinkerServiceClient:
 
     def create_sampling_client(self, *args: Any, **kwargs: Any) -> Any:
         return self._sdk.create_sampling_client(*args, **kwargs)
+
+
+NAME = "tinker"
+
+
+class TinkerBackend:
+    """The Tinker service (`TinkerServiceClient`); checkpoints are server-side states named
+    after the run, the arm and the step, referenced by the path the service returns."""
+
+    name = NAME
+    executes_local_base_model = False
+
+    def create_service_client(self, **kwargs: Any) -> TinkerServiceClient:
+        return TinkerServiceClient(**kwargs)
+
+    def device(self) -> str:
+        return "Tinker service"
+
+    def gpus(self) -> float:
+        return 0.0  # the service's GPUs are not this process's; GPU-hours come from the plan
+
+    def save_checkpoint(self, client: Any, folder: Path, name: str) -> dict[str, Any]:
+        return {"backend": NAME, "path": str(client.save_state(name).result().path)}
+
+    def load_checkpoint(self, client: Any, folder: Path, info: dict[str, Any]) -> None:
+        # weights AND AdamW moments: Tinker's plain load_state restores the weights only
+        client.load_state_with_optimizer(str(info["path"])).result()
+
+
+BACKEND = TinkerBackend()
