@@ -140,9 +140,24 @@ def test_engine_settings_fields_are_documented() -> None:
 def test_local_gate_accepts_the_local_model(seed_plan: dict[str, Any]) -> None:
     seed_plan["engine"] = {"local_base_model": "HuggingFaceTB/SmolLM2-135M-Instruct"}
     plan = parse_plan(seed_plan)
-    assert plan.gate_for("tinker") is plan.activation_gate
-    local = plan.gate_for("local")
+    # a run that executes the served base model keeps the gate as written
+    assert plan.gate_for("Qwen/Qwen3.5-2B") is plan.activation_gate
+    local = plan.gate_for("HuggingFaceTB/SmolLM2-135M-Instruct")
     assert local is not None
     assert local.checks[4].one_of == ["Qwen/Qwen3.5-2B", "HuggingFaceTB/SmolLM2-135M-Instruct"]
     assert plan.activation_gate is not None
     assert plan.activation_gate.checks[4].one_of == ["Qwen/Qwen3.5-2B"]  # the plan is unchanged
+
+
+def test_adam_defaults_mirror_tinker() -> None:
+    """`plan` may not import tinker; its defaults must still be tinker.AdamParams()'s, which
+    `losslab.engine.ArmConfig` uses directly (one Adam default)."""
+    import tinker
+
+    from losslab.engine import ArmConfig
+    from losslab.plan import ADAM_DEFAULTS
+
+    sdk = tinker.AdamParams()
+    assert ADAM_DEFAULTS == {k: getattr(sdk, k) for k in ADAM_DEFAULTS}
+    arm = ArmConfig(name="a", loss_fn=lambda d, lp: (None, {}), loss_name="x")
+    assert {k: getattr(arm, k) for k in ADAM_DEFAULTS} == ADAM_DEFAULTS

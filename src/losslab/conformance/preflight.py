@@ -34,7 +34,7 @@ from losslab.conformance.references import (
     rederive,
     resolve_reference,
 )
-from losslab.plan import RevisionError, parse_revision
+from losslab.plan import Plan, RevisionError, parse_revision
 
 CHECKS = ("baseline_loss", "baseline_gradient", "reference_loss", "reference_gradient")
 PRECISION = "float32 CPU torch (Tinker logprobs dtype); errors computed in float64"
@@ -95,23 +95,28 @@ def _spec_text(loss_fn: Any) -> str:
     return f"{loss_fn.name}(" + ", ".join(f"{k}={v!r}" for k, v in params.items()) + ")"
 
 
-def plan_implementations(plan: Any, path: Any) -> dict[str, Implementation]:
-    """Our losslab.losses implementation of the plan's baseline and treatment arms for `path`."""
-    from losslab.losses import parse_loss_spec
-    from losslab.plan import resolve_loss
+def plan_implementations(
+    plan: Any, path: Any, losses: Mapping[str, Any] | None = None
+) -> dict[str, Implementation]:
+    """Our implementation of the plan's baseline and treatment arms for `path`.
 
+    The loss objects are `losses` (default: `arm_losses(plan)`), the very objects the arms train
+    with; they come from the plan's resolved losses, never from re-reading the loss text.
+    """
+    from losslab.conformance.arm_losses import arm_losses
+
+    losses = losses if losses is not None else arm_losses(plan)
     out = {}
     for role, rev_text in (
         ("baseline", path.baseline_revision),
         ("treatment", path.reference_revision),
     ):
         arm = plan.arm(role)
-        spec = resolve_loss(arm.loss, path.baseline_revision, path.reference_revision).spec
-        loss_fn = parse_loss_spec(spec)
+        loss_fn = losses[arm.name]
         ref = resolve_reference(parse_revision(rev_text))
         value_fn = _value_spec(loss_fn, ref)
         out[role] = Implementation(
-            loss_fn, value_fn, label=f"{arm.name}: {spec}", value_label=_spec_text(value_fn)
+            loss_fn, value_fn, label=f"{arm.name}: {loss_fn.spec}", value_label=_spec_text(value_fn)
         )
     return out
 
@@ -318,16 +323,17 @@ def run_path(
 
 
 def run_preflight(
-    plan_path: str | Path,
+    plan_path: str | Path | Plan,
     sources: Mapping[str, Path] | None = None,
     fixture: Fixture | None = None,
     implementations: Mapping[str, Implementation] | None = None,
     strict_sources: bool = False,
+    losses: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run every `correctness_preflight.paths[i]` of the plan at `plan_path`.
 
     Args:
-        plan_path: the plan JSON (validated with `losslab.plan.load_plan`).
+        plan_path: the plan JSON (validated with `losslab.plan.load_plan`), or a loaded `Plan`.
         sources: {"owner/repo": checkout path} whose pinned source may be executed; a repo not
             named here is compared through losslab's re-derivation.
         fixture: the fixed input (default `generate_fixture()`: set A, seed 0).
@@ -335,13 +341,16 @@ def run_preflight(
             plan's arms resolved to `losslab.losses`); used to test mutated copies.
         strict_sources: raise instead of falling back to the re-derivation when a named checkout
             lacks the pinned commit or the source cannot be extracted/run.
+        losses: `{arm name: LossFn}` the arms train with (the runner passes its own, so the
+            checked objects are the trained ones); default `arm_losses(plan)`.
     """
     from losslab.plan import load_plan
 
-    plan = load_plan(plan_path)
+    plan = plan_path if isinstance(plan_path, Plan) else load_plan(plan_path)
     fixture = fixture or generate_fixture()
     if plan.correctness_preflight is None or not plan.correctness_preflight.paths:
-        raise PreflightError(f"{plan_path}: correctness_preflight.paths is empty; nothing to check")
+        where = "the plan" if isinstance(plan_path, Plan) else str(plan_path)
+        raise PreflightError(f"{where}: correctness_preflight.paths is empty; nothing to check")
     paths = []
     for path in plan.correctness_preflight.paths:
         if path.kind != "loss":
@@ -350,7 +359,11 @@ def run_preflight(
                 "expected 'loss' (module paths are checked by `losslab conform`)"
             )
         try:
-            impls = dict(implementations) if implementations else plan_implementations(plan, path)
+            impls = (
+                dict(implementations)
+                if implementations
+                else plan_implementations(plan, path, losses)
+            )
             paths.append(run_path(path, impls, fixture, sources, strict_sources))
         except (RevisionError, PinnedSourceError) as err:
             raise PreflightError(f"correctness_preflight path {path.id!r}: {err}") from err

@@ -1,6 +1,7 @@
 """losslab.losses: policy losses over ragged token data, in the Tinker convention.
 
-    from losslab.losses import TokenData, get_loss, parse_loss_spec, as_tinker_loss_fn
+    from losslab.losses import TokenData, build_loss, get_loss, parse_loss_spec, as_tinker_loss_fn
+    loss_fn = build_loss(plan.loss("treatment"))  # the one constructor from a plan's resolved loss
     loss_fn = get_loss("ppo", clip_low_threshold=0.8, clip_high_threshold=1.2, reduction="sum")
     out = loss_fn(token_data)            # LossOutput(loss, metrics, kept_D)
     custom = as_tinker_loss_fn(loss_fn)  # for TrainingClient.forward_backward_custom
@@ -28,6 +29,7 @@ from losslab.losses.reductions import REDUCTIONS, reduce_loss
 from losslab.losses.registry import (
     LOSS_NAMES,
     LossFn,
+    build_loss,
     get_loss,
     loss_parameters,
     parse_loss_spec,
@@ -43,6 +45,7 @@ __all__ = [
     "PackedTokens",
     "TokenData",
     "as_tinker_loss_fn",
+    "build_loss",
     "cispo",
     "cross_entropy",
     "dppo_binary_kl",

@@ -21,9 +21,9 @@ from __future__ import annotations
 import inspect
 import math
 import types
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Protocol, Union, get_args, get_origin, get_type_hints
 
 from losslab.callspec import CallSpecError, format_call, parse_call
 from losslab.losses import policy
@@ -55,6 +55,8 @@ class LossFn:
     params: dict[str, Any]
     """Every configurable parameter with its (validated) value, defaults included."""
     fn: Callable[..., LossOutput] = field(repr=False, compare=False)
+    provenance: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    """Where each parameter's value came from (`build_loss`: plan, a pinned revision, default)."""
 
     def __call__(
         self,
@@ -177,3 +179,32 @@ def parse_loss_spec(text: str) -> LossFn:
     # numbers are floats here: `10` and `10.0` are the same parameter value
     floats = {k: float(v) if type(v) is int else v for k, v in params.items()}
     return get_loss(name, **floats)
+
+
+class ResolvedLossLike(Protocol):
+    """What `build_loss` reads of a resolved loss (`losslab.plan.ResolvedLoss`; `losses` may not
+    import `plan`): the registry name and `{parameter: LossParam(value, source)}`."""
+
+    name: str
+
+    @property
+    def params(self) -> Mapping[str, Any]: ...
+
+
+DEFAULT_SOURCE = "default"
+
+
+def build_loss(resolved: ResolvedLossLike) -> LossFn:
+    """The one constructor of a configured loss from its resolved value (name + params).
+
+    Each parameter's provenance is kept on the result (`LossFn.provenance`); parameters the
+    resolved value does not set take the loss function's default, provenance `default`.
+
+    Raises:
+        ValueError: unknown loss, unknown parameter or invalid value (as `get_loss`).
+    """
+    values = {key: param.value for key, param in resolved.params.items()}
+    loss = get_loss(resolved.name, **values)
+    given = {_ALIASES.get(k, k): p.source for k, p in resolved.params.items()}
+    provenance = {key: given.get(key, DEFAULT_SOURCE) for key in loss.params}
+    return replace(loss, provenance=provenance)

@@ -49,4 +49,5 @@ def as_tinker_loss_fn(
         return out.loss, out.metrics
 
     custom_loss.__name__ = f"losslab_{getattr(loss_fn, 'name', 'custom')}"
+    custom_loss.loss = loss_fn  # type: ignore[attr-defined]  # the wrapped object, for audits
     return custom_loss

@@ -25,7 +25,8 @@ the loss.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from losslab.callspec import (
@@ -122,13 +123,71 @@ class Revision:
         }
 
 
+SOURCE_PLAN = "plan"
+"""Provenance of a loss parameter written in the plan's loss text (a registry spec's keyword, or
+the eps of `grpo_clip_eps<eps>`)."""
+SOURCE_BASELINE_REVISION = "correctness_preflight baseline_revision"
+SOURCE_REFERENCE_REVISION = "correctness_preflight reference_revision"
+SOURCE_DEFAULT = "default"
+"""Provenance of a parameter the plan does not set: the loss function's own default (filled in
+by `losslab.losses.build_loss`, since `plan` may not import `losses`)."""
+
+
+@dataclass(frozen=True)
+class LossParam:
+    """One loss hyperparameter and where its value came from (`SOURCE_*`)."""
+
+    value: Any
+    source: str
+
+
 @dataclass(frozen=True)
 class ResolvedLoss:
-    """An arm's loss as a registry spec, and where its hyperparameters came from."""
+    """An arm's loss, resolved once when the plan is loaded: the value the run carries.
+
+    `losslab.losses.build_loss(resolved)` builds the loss from it; the preflight checks and the
+    arms train that same object (`losslab.conformance.arm_losses`). `spec` is only the display
+    form (and what `plan show` prints); nothing re-parses it.
+
+    Args:
+        plan_name: the arm's `loss` as written in the plan.
+        name: the `losslab.losses` registry name (`ppo`, `dppo_binary_tv`, ...).
+        params: the parameters the plan determines, each with its provenance; every other
+            parameter of the loss takes its default.
+    """
 
     plan_name: str
-    spec: str
-    source: str
+    name: str
+    params: Mapping[str, LossParam] = field(default_factory=dict)
+
+    @property
+    def values(self) -> dict[str, Any]:
+        """`{parameter: value}` of the parameters the plan determines."""
+        return {k: p.value for k, p in self.params.items()}
+
+    @property
+    def spec(self) -> str:
+        """Display form `name(k=v, ...)` (Python literals; floats rounded to 12 decimals)."""
+        return format_spec(self.name, self.values)
+
+    @property
+    def source(self) -> str:
+        """The provenances of the parameters, in order of first use (`registry spec` if none)."""
+        sources = list(dict.fromkeys(p.source for p in self.params.values()))
+        return ", ".join(sources) or SOURCE_PLAN
+
+    def with_params(self, **values: Any) -> ResolvedLoss:
+        """A copy with `values` set (source `plan`), e.g. a mutated loss for a test."""
+        params = dict(self.params)
+        params.update({k: LossParam(v, SOURCE_PLAN) for k, v in values.items()})
+        return replace(self, params=params)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "plan_name": self.plan_name,
+            "name": self.name,
+            "params": {k: {"value": p.value, "source": p.source} for k, p in self.params.items()},
+        }
 
 
 def _revision_hint(head: str) -> str:
@@ -229,8 +288,12 @@ def format_spec(name: str, kwargs: dict[str, Any]) -> str:
 
     Floats are rounded to 12 decimals first, so `1 - 0.2` is written `0.8`.
     """
-    rounded = {k: round(v, 12) if isinstance(v, float) else v for k, v in kwargs.items()}
-    return format_call(name, rounded)
+    return format_call(name, {k: _rounded(v) for k, v in kwargs.items()})
+
+
+def _rounded(value: Any) -> Any:
+    """Floats to 12 decimals, so `1 - 0.2` is the plan's `0.8` (what the spec text shows)."""
+    return round(value, 12) if isinstance(value, float) else value
 
 
 def _pinned_revision(name: str, role: str, text: str) -> Revision:
@@ -275,17 +338,17 @@ def _resolve_grpo(name: str, eps_text: str | None, baseline_revision: str | None
                 f"{name!r} implies clip {low}/{high} but the baseline revision pins "
                 f"clip {pinned[0]}/{pinned[1]}"
             )
-        source = "name"
+        source = SOURCE_PLAN
     elif pinned is not None:
-        low, high = pinned
-        source = "correctness_preflight baseline_revision"
+        low, high = round(pinned[0], 12), round(pinned[1], 12)
+        source = SOURCE_BASELINE_REVISION
     else:
         raise LossNameError(
             f"{name!r} gives no clip eps and no baseline revision pins one; "
             "write grpo_clip_eps<eps>, e.g. grpo_clip_eps0.2"
         )
-    spec = format_spec("ppo", {"clip_low_threshold": low, "clip_high_threshold": high})
-    return ResolvedLoss(name, spec, source)
+    params = {"clip_low_threshold": low, "clip_high_threshold": high}
+    return ResolvedLoss(name, "ppo", {k: LossParam(v, source) for k, v in params.items()})
 
 
 def _resolve_dppo(name: str, reference_revision: str | None) -> ResolvedLoss:
@@ -314,16 +377,21 @@ def _resolve_dppo(name: str, reference_revision: str | None) -> ResolvedLoss:
     for key, value in (("clip_ratio", threshold), ("clip_ratio_c", cap)):
         if not _is_number(value) or value <= 0:
             raise LossNameError(f"{name!r}: reference_revision {key}={value!r} is not a number > 0")
-    spec = format_spec(
-        mode, {"low": threshold, "high": threshold, "anchor": anchor, "clip_ratio_c": cap}
+    params = {"low": threshold, "high": threshold, "anchor": anchor, "clip_ratio_c": cap}
+    return ResolvedLoss(
+        name,
+        mode,
+        {k: LossParam(_rounded(v), SOURCE_REFERENCE_REVISION) for k, v in params.items()},
     )
-    return ResolvedLoss(name, spec, "correctness_preflight reference_revision")
 
 
 def resolve_loss(
     name: str, baseline_revision: str | None = None, reference_revision: str | None = None
 ) -> ResolvedLoss:
-    """Resolve an arm's `loss` to a `losslab.losses` registry spec string.
+    """Resolve an arm's `loss` to a `losslab.losses` registry name and its parameters.
+
+    Called once per arm when the plan is validated (`Plan.loss(arm)` returns the result); call
+    it directly only for a loss text that is not in a plan.
 
     Args:
         name: the arm's `loss` as written in the plan.
@@ -342,7 +410,9 @@ def resolve_loss(
     head = re.match(r"[A-Za-z_][A-Za-z0-9_]*", name)
     if head and head.group(0) in REGISTRY_LOSS_NAMES:
         registry_name, kwargs = parse_registry_spec(name)
-        return ResolvedLoss(name, format_spec(registry_name, kwargs), "registry spec")
+        return ResolvedLoss(
+            name, registry_name, {k: LossParam(_rounded(v), SOURCE_PLAN) for k, v in kwargs.items()}
+        )
     raise LossNameError(
         f"{name!r} is not a known loss; expected a plan loss name "
         f"({', '.join(PLAN_LOSS_NAMES)}) or a registry spec name(kw=value, ...) with name in "

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from losslab.plan.loss_names import resolve_loss
+from losslab.plan.loss_names import ResolvedLoss, resolve_loss
 
 
 class PlanModel(BaseModel):
@@ -32,33 +32,66 @@ class PlanModel(BaseModel):
 
 @dataclass(frozen=True)
 class GateMetric:
-    """One metric the pilot measures and an activation-gate check may bound."""
+    """One metric the pilot measures and an activation-gate check may bound: where it comes from.
+
+    The pilot (`losslab.engine.pilot_metrics`) reads this table; nothing else names the keys.
+
+    Args:
+        kind: what a value is (`fraction` in [0, 1], `nonnegative`, `count`, `name`).
+        description: what it measures (plan check and the report show it).
+        logged_key: the per-update metrics key it averages over the pilot steps (a loss's own
+            metric such as `loss/clip_fraction`, or the engine's `policy/...`); for a step-level
+            metric (`update=None`) the step row's key. None: not logged (`executed_base_model`
+            is the name the training client reported).
+        update: which minibatch update's record it reads: `last` (= updates_per_batch, the
+            first update made after the policy moved away from the sampler) or None (step
+            level).
+        side_loss: the side loss (an arm role, `baseline`) evaluated on the treatment arm's
+            batches without stepping, whose metric this is; None: the trained loss or the engine.
+        reduce: `mean` over pilot steps, or `same` (every pilot step must agree, else NaN).
+    """
 
     kind: Literal["fraction", "nonnegative", "count", "name"]
     description: str
+    logged_key: str | None = None
+    update: Literal["last"] | None = "last"
+    side_loss: str | None = None
+    reduce: Literal["mean", "same"] = "mean"
 
 
 GATE_METRICS: dict[str, GateMetric] = {
     "dppo_masked_token_fraction": GateMetric(
         "fraction",
-        "share of loss tokens the DPPO divergence mask zeroed (treatment arm, last minibatch "
-        "update of each pilot step, mean over pilot steps)",
+        "share of loss tokens the treatment loss's mask (its loss/clip_fraction) zeroed at the "
+        "last minibatch update of each pilot step, mean over pilot steps",
+        logged_key="loss/clip_fraction",
     ),
     "policy_drift_abs_p_q90": GateMetric(
         "nonnegative",
         "90th percentile of |p_current - p_sampler| over loss tokens at the last update",
+        logged_key="policy/drift_vs_sampler_q90",
     ),
     "grpo_clip_fraction": GateMetric(
         "fraction",
         "share of loss tokens the baseline ratio clip zeroed, on the same pilot batches",
+        logged_key="loss/clip_fraction",
+        side_loss="baseline",
     ),
     "executed_updates_per_batch": GateMetric(
-        "count", "optim_step calls per rollout batch as logged"
+        "count",
+        "optim_step calls per rollout batch as logged",
+        logged_key="optim/steps_executed",
+        update=None,
+        reduce="same",
     ),
-    "executed_base_model": GateMetric("name", "model name the backend reported at client creation"),
+    "executed_base_model": GateMetric(
+        "name", "model name the backend reported at client creation", update=None
+    ),
 }
-"""The activation gate's vocabulary. The engine's pilot must produce every key; plan check rejects
-a check on any other name, so a typo fails before a run, not after the pilot."""
+"""The activation gate's vocabulary and sources. The pilot produces every key from this table;
+plan check rejects a check on any other name, so a typo fails before a run, not after the pilot.
+Adding a gate metric is one entry here (its logged key must be a metric some loss or the engine
+logs)."""
 
 EVAL_METRICS: dict[str, str] = {
     "accuracy": "correct",
@@ -300,11 +333,13 @@ class EngineSettings(PlanModel):
     """Task name for `losslab.tasks`; `None` uses `dataset.name`."""
     task_config: dict[str, Any] = Field(default_factory=dict)
     """Extra task options (e.g. a reasoning-gym dataset's config)."""
-    backend: Literal["tinker", "local"] | None = None
-    """Backend hint; `None` lets the command line choose. Not a switch between arms."""
+    backend: str | None = None
+    """Backend hint (a `losslab.backends.BACKENDS` name, checked when a run starts); `None`
+    lets the command line choose. Not a switch between arms."""
     local_base_model: str | None = None
-    """Model to use instead of `base_model` on the local (CPU) backend, e.g. a small GGUF/HF model;
-    the gate's `executed_base_model` check then accepts it too."""
+    """Model a backend that embeds its model (`Backend.executes_local_base_model`, e.g. the local
+    CPU backend) runs instead of `base_model`, e.g. a small GGUF/HF model; the gate's
+    `executed_base_model` check then accepts it too."""
 
 
 class Plan(PlanModel):
@@ -343,6 +378,7 @@ class Plan(PlanModel):
     """Engine settings the seed states only in prose (optional block)."""
 
     _warnings: list[str] = PrivateAttr(default_factory=list)
+    _losses: dict[str, ResolvedLoss] = PrivateAttr(default_factory=dict)
 
     @property
     def warnings(self) -> list[str]:
@@ -381,11 +417,26 @@ class Plan(PlanModel):
     def task_name(self) -> str:
         return self.engine.task or self.dataset.name
 
-    def loss_spec(self, arm: str | Arm) -> str:
-        """The `losslab.losses` registry spec string of an arm's loss (e.g. `ppo(...)`)."""
+    def loss(self, arm: str | Arm) -> ResolvedLoss:
+        """An arm's loss as resolved once at load time (registry name, parameters, provenance).
+
+        This value is the carrier: `losslab.conformance.arm_losses(plan)` builds the loss objects
+        that the preflight checks and the arms train from it. `set_loss` replaces it.
+        """
         arm_obj = arm if isinstance(arm, Arm) else self.arm(arm)
-        baseline_rev, reference_rev = self.loss_revisions()
-        return resolve_loss(arm_obj.loss, baseline_rev, reference_rev).spec
+        if arm_obj.name not in self._losses:  # a Plan built without `load_plan`/`parse_plan`
+            baseline_rev, reference_rev = self.loss_revisions()
+            self._losses[arm_obj.name] = resolve_loss(arm_obj.loss, baseline_rev, reference_rev)
+        return self._losses[arm_obj.name]
+
+    def set_loss(self, arm: str | Arm, resolved: ResolvedLoss) -> None:
+        """Replace an arm's resolved loss (tests use it to prove every consumer reads it)."""
+        arm_obj = arm if isinstance(arm, Arm) else self.arm(arm)
+        self._losses[arm_obj.name] = resolved
+
+    def loss_spec(self, arm: str | Arm) -> str:
+        """Display form of an arm's resolved loss (e.g. `ppo(clip_low_threshold=0.8, ...)`)."""
+        return self.loss(arm).spec
 
     def loss_revisions(self) -> tuple[str | None, str | None]:
         """The baseline and reference revisions of the first `loss` conformance path."""
@@ -421,14 +472,15 @@ class Plan(PlanModel):
                 out[key] = (default, "default")
         return out
 
-    def gate_for(self, backend: str | None = None) -> ActivationGate | None:
-        """The activation gate as it applies on `backend`.
+    def gate_for(self, executed_base_model: str | None = None) -> ActivationGate | None:
+        """The activation gate as it applies to a run that executes `executed_base_model`.
 
-        On the local backend with `engine.local_base_model` set, the run executes that model, so
-        the `executed_base_model` check also accepts it; every other check is unchanged.
+        When a backend runs `engine.local_base_model` instead of `base_model` (an embedded
+        small model), the `executed_base_model` check also accepts it; every other check is
+        unchanged.
         """
         gate, local = self.activation_gate, self.engine.local_base_model
-        if gate is None or backend != "local" or local is None:
+        if gate is None or local is None or executed_base_model != local:
             return gate
         checks = [
             c.model_copy(update={"one_of": [*c.one_of, local]})

@@ -7,7 +7,6 @@ half-width it implies at the eval's n, i.e. the smallest gap it can call `valida
 
 from __future__ import annotations
 
-from losslab.plan.loss_names import resolve_loss
 from losslab.plan.rule import hoeffding_half_width, weighted_range
 from losslab.plan.schema import Plan
 
@@ -30,11 +29,10 @@ def plan_summary(plan: Plan) -> str:
     )
 
     # --- arms and the one switch ---
-    baseline_rev, reference_rev = plan.loss_revisions()
     roles = {name: role for role, name in plan.arm_roles().items()}
     lines += ["", f"Arms (switch: {plan.switch})"]
     for arm in plan.arms:
-        resolved = resolve_loss(arm.loss, baseline_rev, reference_rev)
+        resolved = plan.loss(arm)
         role = roles.get(arm.name, "")
         role_src = "plan" if arm.role else "default: position"
         lines.append(f"  {role:<9} {arm.name}  ({role_src})")

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from losslab.plan.loss_names import LossNameError, resolve_loss
+from losslab.plan.loss_names import LossNameError, ResolvedLoss, resolve_loss
 from losslab.plan.rule import weighted_range
 from losslab.plan.schema import (
     ADAM_DEFAULTS,
@@ -118,6 +118,7 @@ def check_plan_data(data: Any) -> PlanCheck:
     assert plan is not None  # no error means pydantic accepted the data
     warnings = [*_unknown_field_warnings(plan, "$"), *checker.warnings]
     plan._warnings = [str(w) for w in warnings]
+    plan._losses = {a.name: checker.losses[a.name] for a in plan.arms if a.name in checker.losses}
     return PlanCheck(plan, [], warnings)
 
 
@@ -231,6 +232,7 @@ class _Checker:
         self.d = data
         self.errors: list[Problem] = []
         self.warnings: list[Problem] = []
+        self.losses: dict[Any, ResolvedLoss] = {}  # arm name -> its loss, resolved once
         self.arms = list(_list(data.get("arms")))
         switch = data.get("switch", "loss")
         self.switch = switch if isinstance(switch, str) else "loss"
@@ -375,13 +377,16 @@ class _Checker:
         return None, None
 
     def check_losses(self) -> None:
+        """Resolve every arm's loss once; the results become `Plan.loss(arm)`."""
         baseline_rev, reference_rev = self._loss_revisions()
         for i, arm in enumerate(self.arms):
             loss = _dict(arm).get("loss")
             if not isinstance(loss, str):
                 continue
             try:
-                resolve_loss(loss, baseline_rev, reference_rev)
+                self.losses[_dict(arm).get("name")] = resolve_loss(
+                    loss, baseline_rev, reference_rev
+                )
             except LossNameError as exc:
                 self.err(f"arms[{i}].loss", str(exc))
 

@@ -1,0 +1,37 @@
+"""The arms' loss objects, built once from the plan's resolved losses.
+
+The product's promise is that the loss an arm trains with is exactly the loss the correctness
+preflight checked. This module is where that holds by construction: `arm_losses(plan)` builds
+one `losslab.losses.LossFn` per arm from `plan.loss(arm)` (the value resolved when the plan was
+loaded), and both `losslab.conformance.preflight` and `losslab.runner.components` take their
+loss objects from it, never from the plan's loss text. It lives in `conformance` because that
+layer may import both `plan` and `losses`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from losslab.losses import LossFn, build_loss
+
+if TYPE_CHECKING:
+    from losslab.plan import Plan
+
+__all__ = ["arm_losses"]
+
+
+def arm_losses(plan: Plan) -> dict[str, LossFn]:
+    """`{arm name: LossFn}` for every arm of `plan`, in plan order.
+
+    Raises:
+        ValueError: a resolved loss the registry rejects (unknown name or parameter, invalid
+            value); the message names the arm.
+    """
+    out: dict[str, LossFn] = {}
+    for arm in plan.arms:
+        resolved = plan.loss(arm)
+        try:
+            out[arm.name] = build_loss(resolved)
+        except ValueError as exc:
+            raise ValueError(f"arms[{arm.name!r}].loss {resolved.plan_name!r}: {exc}") from exc
+    return out

@@ -1,0 +1,94 @@
+"""The trained loss IS the checked loss: one resolved value, one constructor, one set of objects.
+
+`plan` resolves each arm's loss once at load time (`Plan.loss(arm)`); `arm_losses(plan)` builds
+the `LossFn`s; the runner's preflight and its arms both take theirs from `DefaultComponents.losses`.
+Mutating the resolved value must therefore change what the preflight checks AND what the arm
+trains. A path that re-reads the plan file or re-resolves the plan's loss text would still see
+the original value, and this test would fail.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from losslab.backends import DEFAULT_BACKEND
+from losslab.engine import build_datum
+from losslab.runner.components import DefaultComponents
+
+PLAN = Path(__file__).resolve().parents[2] / "examples" / "arithmetic_dppo_vs_grpo_local.json"
+
+SAMPLER_LP = -1.0
+DRIFT = 0.2
+"""|p - p_sampler| of every completion token below: between the plan's DPPO threshold 0.15
+(reference_revision clip_ratio=0.15) and the mutated 0.3."""
+
+
+def _components(mutated_low: float | None) -> DefaultComponents:
+    comp = DefaultComponents(PLAN, DEFAULT_BACKEND)
+    if mutated_low is not None:
+        resolved = comp.plan.loss("treatment")
+        comp.plan.set_loss("treatment", resolved.with_params(low=mutated_low, high=mutated_low))
+    return comp
+
+
+def _trained_mask_fraction(comp: DefaultComponents) -> float:
+    """The treatment arm's training loss on datums whose every token drifted by DRIFT, A = +1."""
+    arm = comp.plan.arm("treatment").name
+    config = comp._arm_config(arm)
+    datums = [build_datum([1, 2], [3, 4, 5], [SAMPLER_LP] * 3, 1.0)]
+    # build_datum's layout: 1 shifted prompt position (masked), then the 3 completion tokens
+    drifted = math.log(math.exp(SAMPLER_LP) + DRIFT)
+    logprobs = [torch.tensor([0.0, drifted, drifted, drifted]).requires_grad_(True)]
+    _, metrics = config.loss_fn(datums, logprobs)
+    return float(metrics["loss/clip_fraction"])
+
+
+def test_trained_loss_is_the_checked_loss() -> None:
+    plain, mutated = _components(None), _components(0.3)
+    arm = plain.plan.arm("treatment").name
+
+    # training: the arm's loss object is the one built from the resolved value
+    assert plain._arm_config(arm).loss_fn.loss is plain.losses[arm]
+    assert mutated.losses[arm].params["low"] == 0.3
+    assert mutated.losses[arm].provenance["low"] == "plan"  # with_params marks its values
+    # with threshold 0.15 the 0.2 drift masks every completion token; with 0.3 none
+    assert _trained_mask_fraction(plain) == 1.0
+    assert _trained_mask_fraction(mutated) == 0.0
+
+    # preflight: checks the same objects; the mutated loss no longer matches the pinned reference
+    # (Stable-RL dppo_binary_tv with clip_ratio=0.15), so its reference checks fail
+    checked = plain.preflight()
+    assert checked["passed"] is True
+    report = mutated.preflight()
+    entry = report["paths"][0]
+    assert "low=0.3" in entry["implementation"]["treatment"]["loss"]
+    assert report["passed"] is False
+    assert not entry["checks"]["reference_gradient"]["passed"]
+    assert entry["checks"]["baseline_gradient"]["passed"]  # the baseline arm was not touched
+
+
+def test_resolved_loss_carries_provenance() -> None:
+    comp = _components(None)
+    treatment = comp.losses[comp.plan.arm("treatment").name]
+    baseline = comp.losses[comp.plan.arm("baseline").name]
+    assert treatment.provenance["low"] == "correctness_preflight reference_revision"
+    assert treatment.provenance["reduction"] == "default"
+    # grpo_clip_eps0.2: the eps is written in the plan's loss name
+    assert baseline.provenance["clip_low_threshold"] == "plan"
+    assert (baseline.params["clip_low_threshold"], baseline.params["clip_high_threshold"]) == (
+        0.8,
+        1.2,
+    )
+
+
+def test_a_bad_resolved_value_is_a_run_error() -> None:
+    from losslab.runner.errors import RunError
+
+    comp = _components(None)
+    comp.plan.set_loss("treatment", comp.plan.loss("treatment").with_params(low=-1.0))
+    with pytest.raises(RunError, match=r"arms\['dppo_seed0'\].loss 'dppo_divergence_mask'"):
+        comp.preflight()
