@@ -7,8 +7,17 @@ from dataclasses import dataclass, field
 import pytest
 
 from losslab.backends.local import LocalServiceClient, make_tiny_model_dir
-from losslab.engine import ArmConfig, accuracy, evaluate, pilot_metrics, renderer_for, train_arm
+from losslab.engine import (
+    ArmConfig,
+    ArmLoop,
+    accuracy,
+    evaluate,
+    pilot_metrics,
+    renderer_for,
+    train_steps,
+)
 from losslab.losses import as_tinker_loss_fn, parse_loss_spec
+from losslab.plan import GATE_METRICS
 from losslab.tasks import Grade, Problem
 
 PPO = "ppo(clip_low_threshold=0.8, clip_high_threshold=1.2)"
@@ -69,15 +78,7 @@ def test_paired_arms_on_local_backend(tiny_dir, tmp_path):
         client = service.create_lora_training_client(str(tiny_dir), rank=4, seed=0).result()
         runs[name] = (
             client,
-            list(
-                train_arm(
-                    client,
-                    task,
-                    make_arm(name, spec, side_losses=side),
-                    steps=2,
-                    metrics_path=tmp_path / f"{name}.jsonl",
-                )
-            ),
+            list(train_steps(ArmLoop(client, task, make_arm(name, spec, side_losses=side)), 0, 2)),
         )
     g, d = runs["grpo"][1], runs["dppo"][1]
     # Same base weights and sampling seeds: step 0 rollouts are identical, so are their rewards.
@@ -90,8 +91,9 @@ def test_paired_arms_on_local_backend(tiny_dir, tmp_path):
         assert m["update1/gap/abs_logprob_max"] < 1e-4
     assert any(m["reward/frac_mixed"] > 0 for m in d)
     # update 2 follows one optim step at lr 0.05: the policy has moved
-    assert max(m["update2/drift/abs_p_q90"] for m in d) > 1e-4
-    gate = pilot_metrics(d, base_model=runs["dppo"][0].get_info().model_data.model_name)
+    assert max(m["update2/policy/drift_vs_sampler_q90"] for m in d) > 1e-4
+    model_name = runs["dppo"][0].get_info().model_data.model_name
+    gate = pilot_metrics(d, GATE_METRICS, base_model=model_name)
     assert gate["executed_updates_per_batch"] == 2.0 and gate["executed_base_model"] == str(
         tiny_dir
     )

@@ -12,7 +12,7 @@ import torch
 
 from losslab.engine import (
     ArmConfig,
-    MetricsLog,
+    ArmLoop,
     NonFiniteError,
     build_datum,
     group_advantages,
@@ -20,8 +20,10 @@ from losslab.engine import (
     rl_step,
     sampling_seed,
     split_minibatches,
-    train_arm,
+    train_steps,
 )
+from losslab.plan import GATE_METRICS
+from losslab.runner.rundir import atomic_write_jsonl, read_jsonl
 from losslab.tasks import Grade, Problem, extract_last_number, numeric_equal
 
 from ._fakes import SAMPLER_LP, FakeTrainingClient, ppo_clip_loss, tv_mask_loss
@@ -48,6 +50,20 @@ class AddTask:
 
     def describe(self):
         return {"name": self.name}
+
+
+def train_arm(client, task, arm_config, steps, *, start_step=0, metrics_path=None):
+    """The runner's loop (`engine.train_steps` over an `ArmLoop`), persisting like the runner:
+    metrics.jsonl rewritten atomically after every step (rows of earlier steps kept)."""
+    loop = ArmLoop(client, task, arm_config, next_step=start_step)
+    rows = []
+    if metrics_path is not None and start_step and metrics_path.is_file():
+        rows = [r for r in read_jsonl(metrics_path) if r["step"] < start_step]
+    for row in train_steps(loop, start_step, steps, arm=arm_config.name):
+        rows.append(row)
+        if metrics_path is not None:
+            atomic_write_jsonl(metrics_path, rows)
+        yield row
 
 
 def arm(name="a", loss=None, **kw):
@@ -106,12 +122,13 @@ def test_rl_step_datums_advantages_and_updates():
     assert client.fb_sizes == [4, 4]
     assert len(client.optim_calls) == 2 and m["optim/steps_executed"] == 2.0
     assert client.optim_calls[0].learning_rate == pytest.approx(1e-4)
-    assert client.optim_calls[0].beta2 == 0.95 and client.optim_calls[0].eps == 1e-8
+    # ArmConfig's Adam defaults are tinker.AdamParams()'s (tinker 0.38.0: beta2 0.95, eps 1e-12)
+    assert client.optim_calls[0].beta2 == 0.95 and client.optim_calls[0].eps == 1e-12
     # completion = one digit byte + <|im_end|> = 2 loss tokens per datum, 4 datums per update
     assert m["update1/tokens/loss"] == 8.0
     # First update: trainer == sampler (no shift) -> zero gap and drift.
     assert m["gap/abs_logprob_mean_first_update"] == 0.0
-    assert m["update1/drift/abs_p_q90"] == 0.0
+    assert m["update1/policy/drift_vs_sampler_q90"] == 0.0
     assert set(m["data/problem_ids"]) == {"t0", "t1"}
     assert m["time/step_s"] >= m["time/sample_s"] >= 0.0
 
@@ -173,7 +190,7 @@ def test_paired_arms_see_identical_prompts_and_seeds(tmp_path):
     assert ids == [["t0", "t1"], ["t2", "t3"], ["t4", "t0"]]
     # the arms differ in their loss metrics only where drift exists (update 2)
     assert records["grpo"][0]["update2/loss/clip_fraction"] == pytest.approx(0.5)
-    assert MetricsLog(tmp_path / "dppo.jsonl").read()[2]["step"] == 2
+    assert read_jsonl(tmp_path / "dppo.jsonl")[2]["step"] == 2
 
 
 def test_resume_repeats_the_uninterrupted_step(tmp_path):
@@ -187,19 +204,21 @@ def test_resume_repeats_the_uninterrupted_step(tmp_path):
     assert [r["step"] for r in out] == [2]
     assert resumed.sample_calls[0]["prompt"] == full.sample_calls[4]["prompt"]
     assert resumed.sample_calls[0]["params"].seed == full.sample_calls[4]["params"].seed
-    assert [r["step"] for r in MetricsLog(tmp_path / "m.jsonl").read()] == [0, 1, 2]
+    assert [r["step"] for r in read_jsonl(tmp_path / "m.jsonl")] == [0, 1, 2]
 
 
 def test_nonfinite_loss_stops_before_optim_and_keeps_log(tmp_path):
     # fb call 3 = step 1, update 1 (2 fb calls per step)
     client = FakeTrainingClient(nan_at_call=3)
     path = tmp_path / "m.jsonl"
-    with pytest.raises(NonFiniteError, match=r"arm 'a' step 1 update 1: loss/value=nan"):
+    match = r"arm 'a' step 1 update 1 \(stopped before optim_step\): train/loss_sum=nan"
+    with pytest.raises(NonFiniteError, match=match) as err:
         list(train_arm(client, AddTask(), arm(), steps=3, metrics_path=path))
     assert len(client.optim_calls) == 2  # only step 0's updates ran
-    records = MetricsLog(path).read()
-    assert records[0]["step"] == 0 and "error" not in records[0]
-    assert records[1]["step"] == 1 and "not finite" in records[1]["error"]
+    assert [r["step"] for r in read_jsonl(path)] == [0]  # step 0 is kept, step 1 is not logged
+    # the failing step's partial record travels on the error: its rollouts and the bad update
+    assert err.value.record["step"] == 1 and "reward/mean" in err.value.record
+    assert math.isnan(err.value.record["train/loss_sum"])
 
 
 def test_arm_config_rejects_bad_values():
@@ -229,7 +248,7 @@ def test_pilot_metrics_on_hand_built_case(tmp_path):
     )
     treatment = arm("dppo", tv_mask_loss(0.1), side_losses={"baseline": ppo_clip_loss(0.2)})
     steps = list(islice(train_arm(client, AddTask(), treatment, steps=10), 2))
-    got = pilot_metrics(steps, base_model=client.get_info().model_data.model_name)
+    got = pilot_metrics(steps, GATE_METRICS, base_model=client.get_info().model_data.model_name)
     drift_0 = math.exp(SAMPLER_LP + 0.05) - math.exp(SAMPLER_LP)
     drift_1 = math.exp(SAMPLER_LP + 0.3) - math.exp(SAMPLER_LP)
     assert got["dppo_masked_token_fraction"] == pytest.approx(0.25)
@@ -243,7 +262,7 @@ def test_pilot_metrics_on_hand_built_case(tmp_path):
 
 
 def test_pilot_metrics_flags_inconsistent_updates_and_missing_baseline():
-    base = {"update2/loss/clip_fraction": 0.1, "update2/drift/abs_p_q90": 0.01}
+    base = {"update2/loss/clip_fraction": 0.1, "update2/policy/drift_vs_sampler_q90": 0.01}
     steps = [
         {
             **base,
@@ -258,11 +277,13 @@ def test_pilot_metrics_flags_inconsistent_updates_and_missing_baseline():
             "update2/baseline/loss/clip_fraction": 0.0,
         },
     ]
-    got = pilot_metrics(steps, base_model="m")
+    got = pilot_metrics(steps, GATE_METRICS, base_model="m")
     assert math.isnan(got["executed_updates_per_batch"])
     assert got["executed_updates_per_batch_detail"] == "2,1"
     with pytest.raises(KeyError, match="baseline/loss/clip_fraction' is missing at steps \\[0\\]"):
-        pilot_metrics([{**base, "step": 0, "optim/steps_executed": 2.0}], base_model="m")
+        pilot_metrics(
+            [{**base, "step": 0, "optim/steps_executed": 2.0}], GATE_METRICS, base_model="m"
+        )
 
 
 def test_metrics_jsonl_is_json_per_line(tmp_path):
@@ -273,10 +294,10 @@ def test_metrics_jsonl_is_json_per_line(tmp_path):
     for key in (
         "reward/mean",
         "update1/loss/clip_fraction",
-        "update2/drift/abs_p_q50",
+        "update2/policy/drift_vs_sampler_q50",
         "time/sample_s",
         "optim/steps_executed",
-        "update2/ratio/q90",
+        "update2/policy/ratio_vs_sampler_q90",
         "update1/grad/logprob_norm",
     ):
         assert key in record, key

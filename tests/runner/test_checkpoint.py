@@ -20,7 +20,7 @@ from losslab.runner.checkpoint import (
     restore_rng,
     save_checkpoint,
 )
-from losslab.runner.rundir import atomic_write_json, dumps_json
+from losslab.runner.rundir import dumps_json, write_json_artifact
 
 
 def _draws() -> tuple[float, float, float]:
@@ -82,7 +82,7 @@ def test_prune_keeps_newest_and_protected(tmp_path: Path) -> None:
 
 def test_atomic_json_leaves_no_temp_file_and_is_readable(tmp_path: Path) -> None:
     path = tmp_path / "a" / "x.json"
-    atomic_write_json(path, {"b": 1.5, "a": float("nan")})
+    write_json_artifact(path, {"b": 1.5, "a": float("nan")})
     assert json.loads(path.read_text()) == {"a": None, "b": 1.5}  # NaN is not JSON: null
     assert os.listdir(path.parent) == ["x.json"]
     assert path.stat().st_mode & 0o044  # group/other can read an artifact (not mkstemp's 0600)

@@ -1,30 +1,41 @@
-"""losslab.engine: datums, advantages, one RL step per arm, paired arms, pilot metrics, evaluation."""
+"""losslab.engine: the RL arm loop (sample -> datums -> minibatch updates -> summary), pilot
+metrics and evaluation, on any client satisfying `losslab.backends.protocols`."""
 
+from losslab.backends.protocols import CustomLossFn
 from losslab.engine.datums import Rollout, build_datum, group_advantages, split_minibatches
 from losslab.engine.evaluate import EvalItem, accuracy, evaluate, load_eval, save_eval
-from losslab.engine.pilot import BASELINE_SIDE, pilot_metrics
+from losslab.engine.pilot import BASELINE_SIDE, GateSource, pilot_metrics, side_losses_for
 from losslab.engine.rl import (
+    GRAD_NORM,
+    TRAINED_LOSS,
     ArmConfig,
-    CustomLossFn,
-    MetricsLog,
+    ArmLoop,
     NonFiniteError,
+    assemble_datums,
     policy_stats,
     renderer_for,
     resolve,
     rl_step,
+    sample_groups,
     sampling_seed,
-    train_arm,
+    summarise,
+    train_on_minibatches,
+    train_steps,
 )
 
 __all__ = [
     "BASELINE_SIDE",
+    "GRAD_NORM",
+    "TRAINED_LOSS",
     "ArmConfig",
+    "ArmLoop",
     "CustomLossFn",
     "EvalItem",
-    "MetricsLog",
+    "GateSource",
     "NonFiniteError",
     "Rollout",
     "accuracy",
+    "assemble_datums",
     "build_datum",
     "evaluate",
     "group_advantages",
@@ -34,8 +45,12 @@ __all__ = [
     "renderer_for",
     "resolve",
     "rl_step",
+    "sample_groups",
     "sampling_seed",
     "save_eval",
+    "side_losses_for",
     "split_minibatches",
-    "train_arm",
+    "summarise",
+    "train_on_minibatches",
+    "train_steps",
 ]

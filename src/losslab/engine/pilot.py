@@ -1,65 +1,104 @@
 """Activation-gate measurements from the first k steps of the treatment arm.
 
-The pilot is not a separate run: it is `train_arm` on the treatment arm for `pilot_steps` steps,
-with the baseline loss attached as a side loss (`ArmConfig.side_losses={"baseline": ...}`), so
-the same steps can be kept and the arm continued from step k.
+The pilot is not a separate run: it is the treatment arm's first `pilot_steps` steps, with the
+side losses the gate needs attached (`ArmConfig.side_losses`, e.g. `{"baseline": <baseline
+loss>}`), so the same steps are kept and the arm continues from step k.
+
+What each gate metric averages is declared in a table (`losslab.plan.GATE_METRICS`: logged
+key, which update, which side loss); `pilot_metrics` reads whatever table it is given, so no
+loss family is recognised by name here. The engine does not import `plan` (layering): the runner
+passes the table in.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
-__all__ = ["BASELINE_SIDE", "pilot_metrics"]
+__all__ = ["BASELINE_SIDE", "GateSource", "pilot_metrics", "side_losses_for"]
 
 BASELINE_SIDE = "baseline"
 
 
-def _mean_of(step_metrics: Sequence[dict[str, Any]], key: str) -> float:
+class GateSource(Protocol):
+    """What the pilot reads of one gate-table entry (`losslab.plan.GateMetric`)."""
+
+    logged_key: str | None
+    update: str | None
+    side_loss: str | None
+    reduce: str
+
+
+def side_losses_for(table: Mapping[str, GateSource]) -> list[str]:
+    """The side losses (arm roles) the table's metrics need on the treatment arm, in order."""
+    return list(dict.fromkeys(m.side_loss for m in table.values() if m.side_loss))
+
+
+def _source_key(source: GateSource, update: int) -> str:
+    assert source.logged_key is not None
+    key = source.logged_key
+    if source.side_loss:
+        key = f"{source.side_loss}/{key}"
+    if source.update == "last":
+        key = f"update{update}/{key}"
+    elif source.update is not None:
+        raise ValueError(f"gate table: update={source.update!r}; expected 'last' or None")
+    return key
+
+
+def _values(step_metrics: Sequence[dict[str, Any]], key: str, source: GateSource) -> list[float]:
     missing = [int(m.get("step", -1)) for m in step_metrics if key not in m]
     if missing:
+        hint = (
+            f"side_losses={{'{source.side_loss}': <its loss>}} on the treatment arm"
+            if source.side_loss
+            else "a loss or engine that logs it"
+        )
         raise KeyError(
             f"pilot metric source {key!r} is missing at steps {missing}: the pilot needs "
-            "updates_per_batch >= the measured update and, for the baseline, "
-            f"side_losses={{'{BASELINE_SIDE}': <baseline loss>}} on the treatment arm"
+            f"updates_per_batch >= the measured update and {hint}"
         )
-    return sum(float(m[key]) for m in step_metrics) / len(step_metrics)
+    return [float(m[key]) for m in step_metrics]
 
 
 def pilot_metrics(
     step_metrics: Sequence[dict[str, Any]],
+    table: Mapping[str, GateSource],
     *,
     base_model: str,
     update: int = 2,
-    baseline_side: str = BASELINE_SIDE,
 ) -> dict[str, float | str]:
-    """The activation gate's metrics, each a mean over the pilot steps at minibatch `update`.
+    """Every metric of the gate `table`, measured on the pilot steps' metric rows.
 
-    - `dppo_masked_token_fraction`: the treatment loss's `loss/clip_fraction` (share of loss
-      tokens its divergence mask zeroed) at update `update`.
-    - `policy_drift_abs_p_q90`: q90 of |p_current - p_sampler| over loss tokens at that update.
-    - `grpo_clip_fraction`: the baseline loss's `loss/clip_fraction` evaluated on the same
-      minibatch and current log-probs, without stepping.
-    - `executed_updates_per_batch`: optim_step calls per batch as logged; NaN (failing any
-      min/max check) when the pilot steps disagree, with the per-step counts in
-      `executed_updates_per_batch_detail`.
-    - `executed_base_model`: `base_model`, the name the training client reported
-      (`get_info().model_data.model_name`).
+    - a metric with a `logged_key` and `reduce="mean"`: the mean over pilot steps of that key at
+      minibatch `update` (`update="last"`) or at the step level (`update=None`), read from the
+      side loss's records when it names one;
+    - `reduce="same"`: the value every pilot step logged, or NaN (failing any min/max check)
+      when they disagree, with the per-step values in `<name>_detail`;
+    - no `logged_key`: `base_model`, the name the training client reported.
+
+    Raises:
+        KeyError: a source key is missing at some step (the message names it and why).
     """
     if not step_metrics:
         raise ValueError("pilot_metrics needs at least one pilot step")
     if update < 1:
         raise ValueError(f"update is 1-based, got {update}")
-    prefix = f"update{update}/"
-    counts = [float(m["optim/steps_executed"]) for m in step_metrics]
-    executed = counts[0] if len(set(counts)) == 1 else math.nan
-    return {
-        "dppo_masked_token_fraction": _mean_of(step_metrics, prefix + "loss/clip_fraction"),
-        "policy_drift_abs_p_q90": _mean_of(step_metrics, prefix + "drift/abs_p_q90"),
-        "grpo_clip_fraction": _mean_of(step_metrics, f"{prefix}{baseline_side}/loss/clip_fraction"),
-        "executed_updates_per_batch": executed,
-        "executed_updates_per_batch_detail": ",".join(str(int(c)) for c in counts),
-        "executed_base_model": base_model,
-        "pilot_steps": float(len(step_metrics)),
-    }
+    out: dict[str, float | str] = {}
+    for name, source in table.items():
+        if source.logged_key is None:
+            out[name] = base_model
+            continue
+        values = _values(step_metrics, _source_key(source, update), source)
+        if source.reduce == "same":
+            out[name] = values[0] if len(set(values)) == 1 else math.nan
+            out[f"{name}_detail"] = ",".join(_compact(v) for v in values)
+        else:
+            out[name] = sum(values) / len(values)
+    out["pilot_steps"] = float(len(step_metrics))
+    return out
+
+
+def _compact(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(value)

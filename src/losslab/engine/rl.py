@@ -13,42 +13,59 @@ an uninterrupted run does at step k.
 
 from __future__ import annotations
 
-import json
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import tinker
 import torch
 
-from losslab.atomic import atomic_write_text
+from losslab.backends.protocols import CustomLossFn, TrainingClient
 from losslab.engine.datums import Rollout, build_datum, group_advantages, split_minibatches
 from losslab.tasks.base import ChatRenderer, Problem, Task, batch_for_step
 
 __all__ = [
+    "GRAD_NORM",
+    "TRAINED_LOSS",
     "ArmConfig",
+    "ArmLoop",
     "CustomLossFn",
-    "MetricsLog",
     "NonFiniteError",
+    "assemble_datums",
     "policy_stats",
     "renderer_for",
     "resolve",
     "rl_step",
+    "sample_groups",
     "sampling_seed",
-    "train_arm",
+    "summarise",
+    "train_on_minibatches",
+    "train_steps",
 ]
 
-CustomLossFn = Callable[
-    [list[tinker.Datum], list[torch.Tensor]], tuple[torch.Tensor, dict[str, float]]
-]
+TRAINED_LOSS = "train/loss_sum"
+"""Per-update key: the summed loss `forward_backward_custom` backpropagated (the engine's own
+record; the loss's `loss/value` stays the loss's)."""
+GRAD_NORM = "grad/logprob_norm"
+"""Per-update key: |dL/d log-probs| over the minibatch (float64)."""
 
 
 class NonFiniteError(RuntimeError):
-    """A loss or its gradient was NaN/inf; the arm stopped before applying that update."""
+    """A loss, its gradient or an optimizer value was NaN/inf; the arm stopped at that update.
+
+    `record` holds the step's metrics up to the failure (rollouts and the failing update)."""
+
+    def __init__(self, message: str, *, record: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.record: dict[str, Any] = dict(record or {})
+
+
+_ADAM_DEFAULT = (
+    tinker.AdamParams()
+)  # the one source of Adam defaults (plan.ADAM_DEFAULTS mirrors it)
 
 
 @dataclass(frozen=True)
@@ -59,11 +76,13 @@ class ArmConfig:
         name: arm name as in the plan (`grpo_seed0`).
         loss_fn: Tinker custom loss `(data, logprobs_list) -> (loss, metrics)`, e.g.
             `losslab.losses.as_tinker_loss_fn(get_loss(...))`; its metrics are logged per update.
-        loss_name: registry name of the loss; a name starting with `dppo` also logs its
-            `loss/clip_fraction` as `dppo/mask_fraction`.
+        loss_name: the loss's name, a label for the metrics rows and messages only (nothing
+            branches on it).
         seed: derives every sampling seed together with the step index.
         learning_rate, beta1, beta2, eps, weight_decay, grad_clip_norm: `tinker.AdamParams` of
-            every `optim_step` (cookbook: beta1 0.9, beta2 0.95, eps 1e-8).
+            every `optim_step`; the defaults are `tinker.AdamParams()`'s (eps 1e-12 in tinker
+            0.38.0; the cookbook's recipes set 1e-8 explicitly), so a default here is the
+            service's default.
         group_size: completions per prompt (G).
         groups_per_batch: prompts per step (P); the step's problems are rows
             `[step*P, (step+1)*P)` of the task's training order.
@@ -82,12 +101,12 @@ class ArmConfig:
     loss_fn: CustomLossFn
     loss_name: str
     seed: int = 0
-    learning_rate: float = 1e-4
-    beta1: float = 0.9
-    beta2: float = 0.95
-    eps: float = 1e-8
-    weight_decay: float = 0.0
-    grad_clip_norm: float = 0.0
+    learning_rate: float = _ADAM_DEFAULT.learning_rate
+    beta1: float = _ADAM_DEFAULT.beta1
+    beta2: float = _ADAM_DEFAULT.beta2
+    eps: float = _ADAM_DEFAULT.eps
+    weight_decay: float = _ADAM_DEFAULT.weight_decay
+    grad_clip_norm: float = _ADAM_DEFAULT.grad_clip_norm
     group_size: int = 8
     groups_per_batch: int = 8
     temperature: float = 1.0
@@ -149,36 +168,6 @@ def renderer_for(training_client: Any) -> ChatRenderer:
     return ChatRenderer(training_client.get_tokenizer(), model_name=str(model_name or ""))
 
 
-# ----------------------------------------------------------------------------- metrics file
-
-
-class MetricsLog:
-    """`metrics.jsonl`: one JSON object per step, rewritten atomically on every append."""
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-
-    def read(self) -> list[dict[str, Any]]:
-        if not self.path.is_file():
-            return []
-        return [
-            json.loads(line)
-            for line in self.path.read_text(encoding="utf-8").splitlines()
-            if line.strip()
-        ]
-
-    def _write(self, records: list[dict[str, Any]]) -> None:
-        atomic_write_text(self.path, "".join(json.dumps(r, allow_nan=True) + "\n" for r in records))
-
-    def append(self, record: dict[str, Any]) -> None:
-        self._write([*self.read(), record])
-
-    def truncate_from(self, step: int) -> None:
-        """Drop records of steps >= `step` (a resumed arm rewrites them)."""
-        if self.path.is_file():
-            self._write([r for r in self.read() if int(r.get("step", -1)) < step])
-
-
 # ----------------------------------------------------------------------------- one update
 
 
@@ -193,12 +182,18 @@ def _quantile(x: torch.Tensor, q: float) -> float:
 def policy_stats(
     data: Sequence[tinker.Datum], logprobs_list: Sequence[torch.Tensor]
 ) -> dict[str, float]:
-    """Drift of the current policy from the sampler over loss-mask tokens.
+    """The engine's cross-loss diagnostics: the current policy against the sampler.
 
-    `drift/abs_p_*` = quantiles of |p - q| with p = exp(current log-prob), q = exp(sampler
-    log-prob); `ratio/*` = statistics of r = p / q; `gap/*` = trainer-vs-sampler log-prob gap
-    (`gap/kl_sample_train_v1` = mean(log q - log p), `_v2` = 0.5 mean((log q - log p)^2), as the
-    cookbook's `optim/kl_sample_train_v1/v2`).
+    Every loss is measured the same way here, whatever its own anchor, so the keys live in the
+    engine's namespaces and never overwrite a loss's metrics (a loss's `ratio/*`, `drift/*`
+    are against its anchor, e.g. recomputed old log-probs):
+
+    - `policy/drift_vs_sampler_{mean,q50,q90,max}`: |p - q| over loss-mask tokens, with
+      p = exp(current log-prob), q = exp(sampler log-prob);
+    - `policy/ratio_vs_sampler_{mean,q10,q50,q90,max}`: r = p / q;
+    - `gap/*`: trainer-vs-sampler log-prob gap (`gap/kl_sample_train_v1` = mean(log q - log p),
+      `_v2` = 0.5 mean((log q - log p)^2), as the cookbook's `optim/kl_sample_train_v1/v2`);
+    - `tokens/loss`: loss-mask tokens in the minibatch.
     """
     lp_parts, q_parts = [], []
     for datum, lp in zip(data, logprobs_list, strict=True):
@@ -213,15 +208,15 @@ def policy_stats(
     diff_T = q_T - lp_T
     return {
         "tokens/loss": float(lp_T.numel()),
-        "drift/abs_p_mean": float(abs_dp_T.mean()),
-        "drift/abs_p_q50": _quantile(abs_dp_T, 0.5),
-        "drift/abs_p_q90": _quantile(abs_dp_T, 0.9),
-        "drift/abs_p_max": float(abs_dp_T.max()),
-        "ratio/mean": float(ratio_T.mean()),
-        "ratio/q10": _quantile(ratio_T, 0.1),
-        "ratio/q50": _quantile(ratio_T, 0.5),
-        "ratio/q90": _quantile(ratio_T, 0.9),
-        "ratio/max": float(ratio_T.max()),
+        "policy/drift_vs_sampler_mean": float(abs_dp_T.mean()),
+        "policy/drift_vs_sampler_q50": _quantile(abs_dp_T, 0.5),
+        "policy/drift_vs_sampler_q90": _quantile(abs_dp_T, 0.9),
+        "policy/drift_vs_sampler_max": float(abs_dp_T.max()),
+        "policy/ratio_vs_sampler_mean": float(ratio_T.mean()),
+        "policy/ratio_vs_sampler_q10": _quantile(ratio_T, 0.1),
+        "policy/ratio_vs_sampler_q50": _quantile(ratio_T, 0.5),
+        "policy/ratio_vs_sampler_q90": _quantile(ratio_T, 0.9),
+        "policy/ratio_vs_sampler_max": float(ratio_T.max()),
         "gap/abs_logprob_mean": float(diff_T.abs().mean()),
         "gap/abs_logprob_max": float(diff_T.abs().max()),
         "gap/kl_sample_train_v1": float(diff_T.mean()),
@@ -230,7 +225,8 @@ def policy_stats(
 
 
 def _instrumented(arm: ArmConfig, record: dict[str, float]) -> CustomLossFn:
-    """Wrap the arm's loss: record its metrics, the side losses, drift and the gradient check."""
+    """Wrap the arm's loss: record its metrics as it reports them, the side losses, the engine's
+    policy diagnostics, the loss the update backpropagates and the gradient norm."""
 
     def loss_fn(
         data: list[tinker.Datum], logprobs_list: list[torch.Tensor]
@@ -242,33 +238,40 @@ def _instrumented(arm: ArmConfig, record: dict[str, float]) -> CustomLossFn:
                 "a gradient path to the log-probs; a custom loss must be differentiable"
             )
         record.update({k: float(v) for k, v in metrics.items()})
-        record["loss/value"] = float(loss.detach().sum())
+        record[TRAINED_LOSS] = float(loss.detach().sum())
         for side_name, side_fn in arm.side_losses.items():
             detached = [lp.detach().clone().requires_grad_(True) for lp in logprobs_list]
             side_loss, side_metrics = side_fn(data, detached)
             record.update({f"{side_name}/{k}": float(v) for k, v in side_metrics.items()})
-            record[f"{side_name}/loss/value"] = float(side_loss.detach().sum())
+            record[f"{side_name}/{TRAINED_LOSS}"] = float(side_loss.detach().sum())
         record.update(policy_stats(data, logprobs_list))
         grads = torch.autograd.grad(loss.sum(), logprobs_list, retain_graph=True, allow_unused=True)
         sq = sum(float((g.to(torch.float64) ** 2).sum()) for g in grads if g is not None)
-        record["grad/logprob_norm"] = math.sqrt(sq) if math.isfinite(sq) else float("nan")
+        record[GRAD_NORM] = math.sqrt(sq) if math.isfinite(sq) else float("nan")
         return loss, metrics
 
     return loss_fn
 
 
-# ----------------------------------------------------------------------------- one RL step
+# ----------------------------------------------------------------------------- the stages
 
 
-def _sample_groups(
-    sampler: Any,
+def sample_groups(
+    training_client: TrainingClient,
     renderer: ChatRenderer,
     task: Task,
     problems_P: Sequence[Problem],
     arm: ArmConfig,
     step: int,
-) -> list[Rollout]:
+) -> tuple[list[Rollout], dict[str, Any]]:
+    """Stage 1: snapshot the sampler, sample G completions per problem and grade them."""
+    out: dict[str, Any] = {}
+    t = time.perf_counter()
+    sampler = resolve(training_client.save_weights_and_get_sampling_client())
+    out["time/snapshot_s"] = time.perf_counter() - t
+    t = time.perf_counter()
     prompts_P = [renderer.build_prompt(task.messages(p)) for p in problems_P]
+    seeds_P = [sampling_seed(arm.seed, step, g) for g in range(len(problems_P))]
     # Submit every group before reading any result, so a batching backend generates them together.
     futures_P = [
         sampler.sample(
@@ -277,11 +280,11 @@ def _sample_groups(
             sampling_params=tinker.SamplingParams(
                 max_tokens=arm.max_tokens,
                 temperature=arm.temperature,
-                seed=sampling_seed(arm.seed, step, g),
+                seed=seed,
                 stop=list(renderer.stop_token_ids),
             ),
         )
-        for g, prompt in enumerate(prompts_P)
+        for prompt, seed in zip(prompts_P, seeds_P, strict=True)
     ]
     rollouts = []
     for g, (problem, prompt, future) in enumerate(
@@ -311,7 +314,11 @@ def _sample_groups(
                     stopped=stopped,
                 )
             )
-    return rollouts
+    out["time/sample_s"] = time.perf_counter() - t
+    out.update(_rollout_metrics(rollouts, len(problems_P)))
+    out["data/problem_ids"] = [p.id for p in problems_P]
+    out["data/sampling_seeds"] = seeds_P
+    return rollouts, out
 
 
 def _rollout_metrics(rollouts: Sequence[Rollout], n_groups: int) -> dict[str, float]:
@@ -333,8 +340,114 @@ def _rollout_metrics(rollouts: Sequence[Rollout], n_groups: int) -> dict[str, fl
     }
 
 
+def assemble_datums(
+    rollouts: Sequence[Rollout], n_groups: int, arm: ArmConfig
+) -> tuple[list[tinker.Datum], dict[str, Any]]:
+    """Stage 2: centre rewards per group (GRPO) and build one cookbook datum per rollout."""
+    t = time.perf_counter()
+    datums_D: list[tinker.Datum] = []
+    dropped = 0
+    for g in range(n_groups):
+        group = [r for r in rollouts if r.group == g]
+        rewards_G = torch.tensor([r.reward for r in group], dtype=torch.float64)
+        if arm.remove_constant_reward_groups and bool((rewards_G == rewards_G[0]).all()):
+            dropped += 1
+            continue
+        advantages_G = group_advantages(rewards_G)
+        datums_D += [
+            build_datum(r.prompt_tokens, r.tokens, r.sampler_logprobs, float(a))
+            for r, a in zip(group, advantages_G.tolist(), strict=True)
+        ]
+    out = {
+        "reward/groups_dropped": float(dropped),
+        "data/datums": float(len(datums_D)),
+        "time/datums_s": time.perf_counter() - t,
+    }
+    return datums_D, out
+
+
+def _check_finite(record: Mapping[str, float], keys: Sequence[str], where: str) -> None:
+    """The one NaN policy: a non-finite loss, gradient, backend or optimizer value stops the arm.
+
+    Raised before the update's `optim_step` for the loss and gradient, after it for what the
+    optimizer reports; the step's metrics so far travel on the error (`NonFiniteError.record`).
+    """
+    bad = [k for k in keys if not math.isfinite(record.get(k, float("nan")))]
+    if bad:
+        raise NonFiniteError(
+            f"{where}: " + ", ".join(f"{k}={record.get(k)}" for k in bad) + " is not finite",
+            record=dict(record),
+        )
+
+
+def train_on_minibatches(
+    training_client: TrainingClient, datums_D: Sequence[tinker.Datum], arm: ArmConfig, step: int
+) -> list[dict[str, float]]:
+    """Stage 3: for each of `updates_per_batch` minibatches, `forward_backward_custom(arm loss)`
+    then one `optim_step`. Returns one record per executed update (nothing when there are fewer
+    datums than minibatches, e.g. every group dropped)."""
+    per_update: list[dict[str, float]] = []
+    if len(datums_D) < arm.updates_per_batch:
+        return per_update
+    for u, minibatch_D in enumerate(split_minibatches(list(datums_D), arm.updates_per_batch), 1):
+        where = f"arm {arm.name!r} step {step} update {u}"
+        record: dict[str, float] = {"datums": float(len(minibatch_D))}
+        t = time.perf_counter()
+        result = resolve(
+            training_client.forward_backward_custom(minibatch_D, _instrumented(arm, record))
+        )
+        record["time/forward_backward_s"] = time.perf_counter() - t
+        _check_finite(record, (TRAINED_LOSS, GRAD_NORM), where + " (stopped before optim_step)")
+        # Tinker-style "name:reduction" keys only (loss:sum, surrogate_loss:sum); the user
+        # metrics the backend echoes are already in the record.
+        backend = getattr(result, "metrics", None) or {}
+        record.update({f"backend/{k}": float(v) for k, v in backend.items() if ":" in k})
+        t = time.perf_counter()
+        response = resolve(training_client.optim_step(arm.adam_params()))
+        record["time/optim_s"] = time.perf_counter() - t
+        optim_metrics = getattr(response, "metrics", None) or {}
+        record.update({f"optim/{k}": float(v) for k, v in optim_metrics.items()})
+        reported = sorted(k for k in record if k.startswith(("optim/", "backend/")))
+        _check_finite(record, reported, where + " (after optim_step)")
+        per_update.append(record)
+    return per_update
+
+
+STEP_MEANS = (
+    "loss/clip_fraction",
+    "dppo/mask_fraction",
+    "drift/abs_p_q90",
+    "policy/drift_vs_sampler_q90",
+)
+"""Per-update keys whose mean over the step's updates is also logged at the step level (when
+every update has them)."""
+
+
+def summarise(per_update: Sequence[Mapping[str, float]], arm: ArmConfig) -> dict[str, Any]:
+    """Stage 4: the step's update records under `update{u}/` plus the step-level totals."""
+    out: dict[str, Any] = {}
+    for u, record in enumerate(per_update, start=1):
+        out.update({f"update{u}/{k}": v for k, v in record.items()})
+    out["optim/steps_executed"] = float(len(per_update))
+    out["optim/lr"] = arm.learning_rate
+    if per_update:
+        out["loss/value"] = sum(r[TRAINED_LOSS] for r in per_update)
+        for key in STEP_MEANS:
+            if all(key in r for r in per_update):
+                out[key] = sum(r[key] for r in per_update) / len(per_update)
+        for key in ("gap/abs_logprob_mean", "gap/abs_logprob_max", "gap/kl_sample_train_v1"):
+            if key in per_update[0]:
+                out[f"{key}_first_update"] = per_update[0][key]
+    out["time/forward_backward_s"] = sum(r["time/forward_backward_s"] for r in per_update)
+    out["time/optim_s"] = sum(r["time/optim_s"] for r in per_update)
+    return out
+
+
+# ----------------------------------------------------------------------------- one RL step
+
+
 def rl_step(
-    training_client: Any,
+    training_client: TrainingClient,
     task: Task,
     problems_P: Sequence[Problem],
     arm: ArmConfig,
@@ -342,139 +455,88 @@ def rl_step(
     *,
     renderer: ChatRenderer | None = None,
 ) -> dict[str, Any]:
-    """One RL step of one arm; returns the step's metrics (see docs/interfaces.md, engine).
+    """One RL step of one arm, as cookbook `rl/train.py`: sample groups -> assemble datums ->
+    train on minibatches -> summarise. Returns the step's metrics (docs/interfaces.md, engine).
 
-    Snapshot the sampler, sample G completions for each of the P problems, grade them, centre
-    rewards per group, build cookbook datums, then for each of `updates_per_batch` minibatches
-    run `forward_backward_custom(arm loss)` and `optim_step`. Raises NonFiniteError (before that
-    update's optim_step) when the loss or its gradient is not finite.
+    Raises NonFiniteError (before that update's optim_step) when the loss or its gradient is
+    not finite; the partial record is on the error, with this step's rollout metrics.
     """
     renderer = renderer or renderer_for(training_client)
     out: dict[str, Any] = {"step": step, "arm": arm.name, "loss_name": arm.loss_name}
     t_step = time.perf_counter()
-
-    t = time.perf_counter()
-    sampler = resolve(training_client.save_weights_and_get_sampling_client())
-    out["time/snapshot_s"] = time.perf_counter() - t
-
-    t = time.perf_counter()
-    rollouts = _sample_groups(sampler, renderer, task, problems_P, arm, step)
-    out["time/sample_s"] = time.perf_counter() - t
-    out.update(_rollout_metrics(rollouts, len(problems_P)))
-    out["data/problem_ids"] = [p.id for p in problems_P]
-    out["data/sampling_seeds"] = [sampling_seed(arm.seed, step, g) for g in range(len(problems_P))]
-
-    t = time.perf_counter()
-    datums: list[tinker.Datum] = []
-    dropped = 0
-    for g in range(len(problems_P)):
-        group = [r for r in rollouts if r.group == g]
-        rewards_G = torch.tensor([r.reward for r in group], dtype=torch.float64)
-        if arm.remove_constant_reward_groups and bool((rewards_G == rewards_G[0]).all()):
-            dropped += 1
-            continue
-        advantages_G = group_advantages(rewards_G)
-        datums += [
-            build_datum(r.prompt_tokens, r.tokens, r.sampler_logprobs, float(a))
-            for r, a in zip(group, advantages_G.tolist(), strict=True)
-        ]
-    out["reward/groups_dropped"] = float(dropped)
-    out["data/datums"] = float(len(datums))
-    out["time/datums_s"] = time.perf_counter() - t
-
-    executed, fb_s, opt_s = 0, 0.0, 0.0
-    per_update: list[dict[str, float]] = []
-    if len(datums) >= arm.updates_per_batch:
-        for u, minibatch_D in enumerate(split_minibatches(datums, arm.updates_per_batch), start=1):
-            record: dict[str, float] = {"datums": float(len(minibatch_D))}
-            t = time.perf_counter()
-            result = resolve(
-                training_client.forward_backward_custom(minibatch_D, _instrumented(arm, record))
-            )
-            fb_s += time.perf_counter() - t
-            bad = [
-                k
-                for k in ("loss/value", "grad/logprob_norm")
-                if not math.isfinite(record.get(k, float("nan")))
-            ]
-            if bad:
-                out.update({f"update{u}/{k}": v for k, v in record.items()})
-                raise NonFiniteError(
-                    f"arm {arm.name!r} step {step} update {u}: "
-                    + ", ".join(f"{k}={record.get(k)}" for k in bad)
-                    + " is not finite; stopped before optim_step (earlier steps are kept)"
-                )
-            # Tinker-style "name:reduction" keys only (loss:sum, surrogate_loss:sum); the user
-            # metrics the backend echoes are already in the record.
-            backend = getattr(result, "metrics", None) or {}
-            record.update({f"backend/{k}": float(v) for k, v in backend.items() if ":" in k})
-            t = time.perf_counter()
-            response = resolve(training_client.optim_step(arm.adam_params()))
-            opt_s += time.perf_counter() - t
-            executed += 1
-            optim_metrics = getattr(response, "metrics", None) or {}
-            record.update({f"optim/{k}": float(v) for k, v in optim_metrics.items()})
-            nonfinite = sorted(
-                k
-                for k, v in record.items()
-                if k.startswith(("optim/", "backend/")) and not math.isfinite(v)
-            )
-            if nonfinite:
-                out.update({f"update{u}/{k}": v for k, v in record.items()})
-                raise NonFiniteError(
-                    f"arm {arm.name!r} step {step} update {u}: non-finite {nonfinite} after optim_step"
-                )
-            if arm.loss_name.startswith("dppo") and "loss/clip_fraction" in record:
-                record.setdefault("dppo/mask_fraction", record["loss/clip_fraction"])
-            per_update.append(record)
-            out.update({f"update{u}/{k}": v for k, v in record.items()})
-    out["optim/steps_executed"] = float(executed)
-    out["optim/lr"] = arm.learning_rate
-    if per_update:
-        out["loss/value"] = sum(r["loss/value"] for r in per_update)
-        for key in ("loss/clip_fraction", "dppo/mask_fraction", "drift/abs_p_q90"):
-            if all(key in r for r in per_update):
-                out[key] = sum(r[key] for r in per_update) / len(per_update)
-        for key in ("gap/abs_logprob_mean", "gap/abs_logprob_max", "gap/kl_sample_train_v1"):
-            if key in per_update[0]:
-                out[f"{key}_first_update"] = per_update[0][key]
-    out["time/forward_backward_s"] = fb_s
-    out["time/optim_s"] = opt_s
+    rollouts, sampled = sample_groups(training_client, renderer, task, problems_P, arm, step)
+    out.update(sampled)
+    datums_D, assembled = assemble_datums(rollouts, len(problems_P), arm)
+    out.update(assembled)
+    try:
+        per_update = train_on_minibatches(training_client, datums_D, arm, step)
+    except NonFiniteError as e:
+        e.record = {**out, **e.record}
+        raise
+    out.update(summarise(per_update, arm))
     out["time/step_s"] = time.perf_counter() - t_step
     return out
 
 
-def train_arm(
-    training_client: Any,
-    task: Task,
-    arm: ArmConfig,
-    steps: int,
-    *,
-    start_step: int = 0,
-    metrics_path: str | Path | None = None,
-    renderer: ChatRenderer | None = None,
-) -> Iterator[dict[str, Any]]:
-    """Yield the metrics of steps `start_step .. steps-1`, appending each to `metrics_path`.
+# ----------------------------------------------------------------------------- the arm loop
 
-    The training client must hold the state reached after `start_step` steps (fresh for 0; a
-    restored checkpoint, or the same client after a pilot of `start_step` steps). Records of
-    steps >= `start_step` already in the file are replaced. On a NonFiniteError the error is
-    written as that step's record and re-raised.
+
+class ArmLoop:
+    """One arm on a training client: `step(i)` is `rl_step` on the rows of step i.
+
+    The data cursor is the step index (rows `[i*P, (i+1)*P)` of the task's training order, every
+    sampling seed derived from (seed, step, group)), so the client's weights and optimizer state
+    plus `next_step` are the whole state. The runner wraps one per arm (adding checkpoints);
+    tests drive the same object through `train_steps`.
     """
-    if not 0 <= start_step <= steps:
-        raise ValueError(f"start_step must be in [0, steps={steps}], got {start_step}")
-    renderer = renderer or renderer_for(training_client)
-    log = MetricsLog(metrics_path) if metrics_path is not None else None
-    if log is not None:
-        log.truncate_from(start_step)
-    for step in range(start_step, steps):
-        problems_P = batch_for_step(task.train, step, arm.groups_per_batch)
-        try:
-            metrics = rl_step(training_client, task, problems_P, arm, step, renderer=renderer)
-        except NonFiniteError as e:
-            if log is not None:
-                log.append({"step": step, "arm": arm.name, "error": str(e)})
-            raise
-        if log is not None:
-            log.append(metrics)
-        yield metrics
+
+    def __init__(
+        self,
+        training_client: TrainingClient,
+        task: Task,
+        arm: ArmConfig,
+        *,
+        renderer: ChatRenderer | None = None,
+        next_step: int = 0,
+    ) -> None:
+        self.client, self.task, self.arm = training_client, task, arm
+        self.renderer = renderer or renderer_for(training_client)
+        self.next_step = next_step
+
+    def step(self, step: int) -> dict[str, Any]:
+        if step != self.next_step:
+            raise ValueError(
+                f"arm {self.arm.name!r}: asked for step {step}, the state is at {self.next_step}"
+            )
+        problems_P = batch_for_step(self.task.train, step, self.arm.groups_per_batch)
+        row = rl_step(self.client, self.task, problems_P, self.arm, step, renderer=self.renderer)
+        self.next_step = step + 1
+        return row
+
+
+class Steps(Protocol):
+    """Anything with `step(i) -> metrics` (an `ArmLoop`, the runner's trainers, test fakes)."""
+
+    def step(self, step: int) -> dict[str, Any]: ...
+
+
+def train_steps(
+    trainer: Steps, start_step: int, until: int, *, arm: str | None = None
+) -> Iterator[dict[str, Any]]:
+    """The arm loop: yield the metrics row of each step `start_step .. until-1`.
+
+    The one loop the runner and the tests drive. The caller persists each row (the runner
+    checkpoints and writes metrics.jsonl after every yield, before the next step runs). Rows get
+    `step`, `arm` (when given) and `time/step_s` (wall time of the whole step). A
+    NonFiniteError propagates: earlier rows were already yielded, the failing step yields none.
+    """
+    if not 0 <= start_step <= until:
+        raise ValueError(f"start_step must be in [0, until={until}], got {start_step}")
+    for i in range(start_step, until):
+        t0 = time.perf_counter()
+        row = dict(trainer.step(i))
+        row["step"] = i
+        if arm is not None:
+            row["arm"] = arm
+        row["time/step_s"] = time.perf_counter() - t0
+        yield row

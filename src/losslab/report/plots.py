@@ -16,7 +16,7 @@ CURVE_METRICS: dict[str, str] = {
     "reward/mean": "mean reward",
     "loss/clip_fraction": "clip fraction (loss tokens)",
     "dppo/mask_fraction": "DPPO mask fraction (loss tokens)",
-    "drift/abs_p_q90": "drift |p - p_sampler|, q90",
+    "policy/drift_vs_sampler_q90": "drift |p - p_sampler|, q90 (engine, every loss alike)",
     "loss/value": "loss (sum over the batch)",
 }
 """Training curves drawn per arm, by stable metric name (docs/interfaces.md)."""

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from losslab.atomic import atomic_dir
-from losslab.runner.rundir import atomic_write_json, read_json
+from losslab.runner.rundir import read_json, write_json_artifact
 
 STEP_PREFIX = "step_"
 TMP_PREFIX = ".tmp-step_"
@@ -93,7 +93,7 @@ def save_checkpoint(
     with atomic_dir(final, prefix=f"{TMP_PREFIX}{step:04d}.") as tmp:
         (tmp / "trainer").mkdir()
         trainer_info = save_trainer(tmp / "trainer")
-        atomic_write_json(
+        write_json_artifact(
             tmp / "state.json",
             {
                 "step": step,

@@ -2,7 +2,8 @@
 
     preflight    -> losslab.conformance.preflight.run_preflight
     restoration  -> losslab.backends.restoration.restoration_preflight
-    trainers     -> losslab.backends.create_service_client + losslab.engine.rl_step
+    trainers     -> losslab.backends.get_backend(name) + losslab.engine.ArmLoop (rl_step)
+    losses       -> losslab.conformance.arm_losses (the objects both preflight and arms use)
     gate         -> losslab.engine.pilot_metrics + losslab.stats.gate.evaluate_gate
     feasibility  -> losslab.stats.feasibility.project_feasibility
     evaluation   -> losslab.engine.evaluate
@@ -26,7 +27,7 @@ from typing import Any
 
 import torch
 
-from losslab.runner.errors import BackendUnavailable, RunError
+from losslab.runner.errors import BackendUnavailable, RunError, UnsupportedPlan
 from losslab.runner.protocols import Schedule
 
 EVAL_PROBE_ITEMS = 32
@@ -54,72 +55,77 @@ def _rows_failures(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in rows if not r["passed"]]
 
 
+def _violations_note(check: dict[str, Any]) -> str:
+    """`violations` is a count of elements outside atol + rtol*|ref| (conformance.metrics)."""
+    n = int(check.get("violations") or 0)
+    parts = [f"{n} element(s) outside tolerance"] if n else []
+    if check.get("cosine_ok") is False:
+        parts.append("cosine below min_cosine")
+    return "; ".join(parts)
+
+
 def _not_applicable(why: str) -> dict[str, Any]:
     return {"passed": True, "applicable": False, "checks": [], "failures": [], "note": why}
 
 
-class LocalArmTrainer:
-    """One arm on a Tinker-shaped training client; `step(i)` is `engine.rl_step` at step i.
+class BackendArmTrainer:
+    """One arm: the engine's `ArmLoop` on a backend's training client, plus checkpoints.
 
-    The data cursor is the step index (the engine draws rows [i*P, (i+1)*P) of the training
-    order and derives every sampling seed from (seed, step, group)), so the weights, the
-    optimizer state and the step index are the whole state.
+    `step(i)` is `ArmLoop.step(i)` (one `engine.rl_step`); the backend saves and loads the
+    client's weights and optimizer state. The data cursor is the step index, so the weights,
+    the optimizer state and the step index are the whole state.
     """
 
-    def __init__(self, comp: DefaultComponents, arm: str, client: Any, arm_config: Any) -> None:
-        from losslab.engine import renderer_for
-
-        self.comp, self.arm, self.client, self.config = comp, arm, client, arm_config
-        self.renderer = renderer_for(client)
-        self._next = 0
+    def __init__(self, comp: DefaultComponents, arm: str, loop: Any) -> None:
+        self.comp, self.arm, self.loop = comp, arm, loop
+        self.client, self.renderer = loop.client, loop.renderer
 
     def step(self, step: int) -> dict[str, Any]:
-        from losslab.engine import rl_step
-        from losslab.tasks import batch_for_step
-
-        if step != self._next:
-            raise RunError(f"arm {self.arm}: asked for step {step}, the state is at {self._next}")
-        task = self.comp.task
-        problems_P = batch_for_step(task.train, step, self.config.groups_per_batch)
+        if step != self.loop.next_step:
+            raise RunError(
+                f"arm {self.arm}: asked for step {step}, the state is at {self.loop.next_step}"
+            )
         with backend_errors(self.comp.backend, f"arm {self.arm} step {step}"):
-            row = rl_step(self.client, task, problems_P, self.config, step, renderer=self.renderer)
-        self._next = step + 1
-        return row
+            return self.loop.step(step)
 
     @property
     def cursor(self) -> dict[str, Any]:
-        return {"next_step": self._next}
+        return {"next_step": self.loop.next_step}
 
     def save(self, folder: Path) -> dict[str, Any]:
-        if self.comp.backend == "local":
-            self.client.save_state(str(folder.resolve()), overwrite=True).result()
-            return {"backend": "local", "path": "trainer"}
-        name = f"{self.comp.run_tag}-{self.arm}-step{self._next:04d}"
+        name = f"{self.comp.run_tag}-{self.arm}-step{self.loop.next_step:04d}"
         with backend_errors(self.comp.backend, f"saving {name}"):
-            path = self.client.save_state(name).result().path
-        return {"backend": self.comp.backend, "path": str(path)}
+            return self.comp.backend_impl.save_checkpoint(self.client, folder, name)
 
     def load(self, folder: Path, info: dict[str, Any], cursor: dict[str, Any]) -> None:
-        path = str(folder.resolve()) if info.get("backend") == "local" else str(info["path"])
-        # weights AND AdamW moments: Tinker's plain load_state restores the weights only
-        with backend_errors(self.comp.backend, f"loading {path}"):
-            self.client.load_state_with_optimizer(path).result()
-        self._next = int(cursor["next_step"])
+        with backend_errors(self.comp.backend, f"loading the checkpoint in {folder}"):
+            self.comp.backend_impl.load_checkpoint(self.client, folder, info)
+        self.loop.next_step = int(cursor["next_step"])
 
     def close(self) -> None:
         self.client = None
+        self.loop.client = None
 
 
 class DefaultComponents:
-    """Components for `run_plan` from a plan file and a backend name ("local" or "tinker")."""
+    """Components for `run_plan` from a plan file and a backend name (`losslab.backends.BACKENDS`)."""
 
     def __init__(self, plan_file: Path, backend: str, data: Path | None = None) -> None:
+        from losslab.backends import get_backend
         from losslab.plan import load_plan
 
-        if backend not in ("local", "tinker"):
-            raise RunError(f"--backend {backend!r}: expected 'local' or 'tinker'")
+        try:
+            self.backend_impl = get_backend(backend)
+        except ValueError as e:
+            raise UnsupportedPlan(str(e)) from e
         self.plan_file = Path(plan_file)
         self.plan = load_plan(self.plan_file)  # PlanError lists every problem, incl. features
+        hint = self.plan.engine.backend
+        if hint is not None:
+            try:
+                get_backend(hint)
+            except ValueError as e:
+                raise UnsupportedPlan(f"plan engine.backend: {e}") from e
         self.backend = backend
         self.data = Path(data) if data is not None else None
         self.run_tag = f"losslab-{int(time.time())}"
@@ -137,16 +143,29 @@ class DefaultComponents:
     @property
     def base_model(self) -> str:
         local = self.plan.engine.local_base_model
-        return local if (self.backend == "local" and local) else self.plan.base_model
+        return (
+            local
+            if (self.backend_impl.executes_local_base_model and local)
+            else self.plan.base_model
+        )
+
+    @cached_property
+    def losses(self) -> dict[str, Any]:
+        """`{arm: LossFn}` built once from the plan's resolved losses: the preflight checks
+        these objects and the arms train them (`losslab.conformance.arm_losses`)."""
+        from losslab.conformance.arm_losses import arm_losses
+
+        try:
+            return arm_losses(self.plan)
+        except ValueError as e:
+            raise RunError(f"the plan's losses cannot be built: {e}") from e
 
     @cached_property
     def service(self) -> Any:
         import tinker
 
-        from losslab.backends import create_service_client
-
         try:
-            return create_service_client(self.backend)
+            return self.backend_impl.create_service_client()
         except (tinker.TinkerError, OSError, RuntimeError, ValueError) as e:  # key, device
             raise BackendUnavailable(f"backend {self.backend!r} is not available: {e}") from e
 
@@ -157,8 +176,8 @@ class DefaultComponents:
         config = dict(self.plan.engine.task_config)
         data = self.data or config.pop("data", None)
         config.pop("data", None)
-        if self.plan.task_name.lower() not in ("gsm8k", "openai/gsm8k"):
-            config.setdefault("n_test", self.plan.eval.n_examples)
+        # generated tasks make exactly n_test items; a fixed test set keeps its first n_test
+        config.setdefault("n_test", self.plan.eval.n_examples)
         try:
             return make_task(self.plan.task_name, seed=self.plan.arms[0].seed, data=data, **config)
         except (ValueError, FileNotFoundError, OSError) as e:
@@ -169,11 +188,12 @@ class DefaultComponents:
         from tinker import types
 
         arm = self.plan.arm(arm_name)
-        kwargs: dict[str, Any] = {"rank": self.plan.lora_rank, "seed": arm.seed}
-        if self.backend == "local":
-            kwargs["adam_params"] = types.AdamParams(**self.plan.adam_config(arm))
+        # adam_params at creation: every backend's optimizer read-back then reports the plan's
+        adam = types.AdamParams(**self.plan.adam_config(arm))
         try:
-            return self.service.create_lora_training_client(self.base_model, **kwargs).result()
+            return self.service.create_lora_training_client(
+                self.base_model, rank=self.plan.lora_rank, seed=arm.seed, adam_params=adam
+            ).result()
         except BackendUnavailable:
             raise
         except (tinker.TinkerError, OSError, RuntimeError, ValueError) as e:
@@ -183,25 +203,24 @@ class DefaultComponents:
             ) from e
 
     def _arm_config(self, arm_name: str) -> Any:
-        from losslab.engine import BASELINE_SIDE, ArmConfig
-        from losslab.losses import as_tinker_loss_fn, parse_loss_spec
+        from losslab.engine import ArmConfig, side_losses_for
+        from losslab.losses import as_tinker_loss_fn
+        from losslab.plan import GATE_METRICS
 
         arm = self.plan.arm(arm_name)
         eng = self.plan.engine
         adam = self.plan.adam_config(arm)
-        spec = self.plan.loss_spec(arm)
-        loss = parse_loss_spec(spec)
+        loss = self.losses[arm.name]
         side = {}
-        if (
-            arm.name == self.schedule.treatment
-        ):  # the gate compares the baseline clip on the same batches
+        if arm.name == self.schedule.treatment:  # the gate reads side losses on the same batches
             side = {
-                BASELINE_SIDE: as_tinker_loss_fn(parse_loss_spec(self.plan.loss_spec("baseline")))
+                role: as_tinker_loss_fn(self.losses[self.plan.arm(role).name])
+                for role in side_losses_for(GATE_METRICS)
             }
         return ArmConfig(
             name=arm.name,
             loss_fn=as_tinker_loss_fn(loss),
-            loss_name=getattr(loss, "name", spec),
+            loss_name=loss.name,
             seed=arm.seed,
             learning_rate=adam["learning_rate"],
             beta1=adam["beta1"],
@@ -223,8 +242,8 @@ class DefaultComponents:
         cp = self.plan.correctness_preflight
         if cp is None or not cp.paths:
             return _not_applicable("the plan has no correctness_preflight paths")
-        try:
-            report = run_preflight(self.plan_file)
+        try:  # the plan object and the loss objects the arms train: one source of truth
+            report = run_preflight(self.plan, losses=self.losses)
         except PreflightError as e:
             raise RunError(f"correctness preflight could not run: {e}") from e
         rows = []
@@ -242,7 +261,7 @@ class DefaultComponents:
                         },
                         "bound": ", ".join(f"{k} {v:g}" for k, v in tol.items() if v is not None),
                         "passed": bool(chk["passed"]),
-                        "note": "; ".join(map(str, chk.get("violations") or [])),
+                        "note": _violations_note(chk),
                     }
                 )
         passed = bool(report["passed"]) or not cp.required
@@ -321,10 +340,13 @@ class DefaultComponents:
         passed = bool(report["passed"]) and len(seeds) == 1
         return {**report, "passed": passed, "checks": rows, "failures": _rows_failures(rows)}
 
-    def make_trainer(self, arm: str) -> LocalArmTrainer:
-        return LocalArmTrainer(self, arm, self._create_client(arm), self._arm_config(arm))
+    def make_trainer(self, arm: str) -> BackendArmTrainer:
+        from losslab.engine import ArmLoop
 
-    def executed_config(self, arm: str, trainer: LocalArmTrainer) -> dict[str, dict[str, Any]]:
+        loop = ArmLoop(self._create_client(arm), self.task, self._arm_config(arm))
+        return BackendArmTrainer(self, arm, loop)
+
+    def executed_config(self, arm: str, trainer: BackendArmTrainer) -> dict[str, dict[str, Any]]:
         info = trainer.client.get_info()
         model_data = getattr(info, "model_data", None)
         executed_model = getattr(model_data, "model_name", None) or getattr(
@@ -345,7 +367,7 @@ class DefaultComponents:
                 out[f"adam.{key}"] = {"plan": planned[key], "executed": actual.get(key)}
         return out
 
-    def _greedy_eval(self, trainer: LocalArmTrainer, n_items: int) -> list[Any]:
+    def _greedy_eval(self, trainer: BackendArmTrainer, n_items: int) -> list[Any]:
         """Greedy evaluation of the trainer's current weights on the first `n_items` test items."""
         from losslab.engine import evaluate
 
@@ -360,7 +382,7 @@ class DefaultComponents:
             seed=0,
         )
 
-    def eval_probe(self, trainer: LocalArmTrainer) -> dict[str, Any]:
+    def eval_probe(self, trainer: BackendArmTrainer) -> dict[str, Any]:
         """Seconds per evaluation item, timed on a few test items (for feasibility)."""
         n_items = min(EVAL_PROBE_ITEMS, self.plan.eval.n_examples)
         t0 = time.perf_counter()
@@ -374,17 +396,18 @@ class DefaultComponents:
         self, pilot_rows: list[dict[str, Any]], executed: dict[str, dict[str, Any]]
     ) -> dict[str, Any]:
         from losslab.engine import pilot_metrics
+        from losslab.plan import GATE_METRICS
         from losslab.stats.gate import evaluate_gate
 
-        # gate_for: a local run of a plan whose base model is served elsewhere executes
-        # engine.local_base_model, which the executed_base_model check must then accept.
-        gate = self.plan.gate_for(self.backend)
+        # gate_for: a run that executes engine.local_base_model instead of the served base
+        # model (see Backend.executes_local_base_model) must accept it in executed_base_model.
+        gate = self.plan.gate_for(self.base_model)
         if gate is None or not gate.applicable:
             return _not_applicable("activation_gate is not applicable in the plan")
         update = self.plan.updates_per_batch
         try:
             model = str(executed.get("base_model", {}).get("executed") or "")
-            metrics = pilot_metrics(pilot_rows, base_model=model, update=update)
+            metrics = pilot_metrics(pilot_rows, GATE_METRICS, base_model=model, update=update)
         except KeyError as e:
             raise RunError(f"the pilot did not log what the gate needs: {e}") from e
         result = evaluate_gate(gate, metrics)
@@ -420,7 +443,7 @@ class DefaultComponents:
             sample_s=sample_s / n,
             train_s=train_s / n / upb,
             eval_s_per_item=float(timings.get("eval_s_per_item") or 0.0),
-            gpus=1.0 if (self.backend == "local" and torch.cuda.is_available()) else 0.0,
+            gpus=self.backend_impl.gpus(),
             measured_s=float(timings.get("pilot_seconds") or 0.0),
             pilot_reused=True,  # the treatment arm continues from the pilot's checkpoint
         )
@@ -457,7 +480,7 @@ class DefaultComponents:
             "from them; preflights, model loading and the report are not projected",
         }
 
-    def evaluate(self, arm: str, trainer: LocalArmTrainer) -> list[dict[str, Any]]:
+    def evaluate(self, arm: str, trainer: BackendArmTrainer) -> list[dict[str, Any]]:
         return [asdict(i) for i in self._greedy_eval(trainer, self.plan.eval.n_examples)]
 
     def decide(self, evals: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
@@ -476,11 +499,7 @@ class DefaultComponents:
                 versions[pkg] = md.version(pkg)
             except md.PackageNotFoundError:
                 versions[pkg] = None
-        device = "cpu"
-        if self.backend == "tinker":
-            device = "Tinker service"
-        elif torch.cuda.is_available():
-            device = f"cuda: {torch.cuda.get_device_name(0)}"
+        device = self.backend_impl.device()
         return {
             "python": platform.python_version(),
             "platform": platform.platform(),

@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from losslab.backends import DEFAULT_BACKEND
+from losslab.engine.rl import train_steps
 from losslab.runner.checkpoint import (
     latest_checkpoint,
     prune_checkpoints,
@@ -35,10 +37,10 @@ from losslab.runner.protocols import ArmTrainer, Components
 from losslab.runner.rundir import (
     PHASES,
     RunDir,
-    atomic_write_json,
     atomic_write_jsonl,
     read_json,
     read_jsonl,
+    write_json_artifact,
 )
 
 KEEP_CHECKPOINTS = 2  # newest two per arm: resume needs one, the other guards a bad disk write
@@ -74,7 +76,7 @@ def default_run_dir(plan_file: Path) -> Path:
 def run_plan(
     plan_file: Path,
     *,
-    backend: str = "local",
+    backend: str = DEFAULT_BACKEND,
     out: Path | None = None,
     resume: Path | None = None,
     force: bool = False,
@@ -86,7 +88,7 @@ def run_plan(
 
     Args:
         plan_file: the plan JSON. On `resume` it must be the same file content as the run's.
-        backend: "local" (embedded model, CPU) or "tinker" (the Tinker service).
+        backend: a `losslab.backends.BACKENDS` name (default: the first, the embedded model).
         out: new run directory (default runs/<plan>-<UTC time>); must be absent or empty.
         resume: an existing run directory to continue from its last completed step.
         force: continue past a failed preflight, gate, feasibility or config check; the
@@ -214,7 +216,7 @@ class _Runner:
         t0 = time.perf_counter()
         with self.console.phase(name):
             result = compute()
-            atomic_write_json(artifact, result)
+            write_json_artifact(artifact, result)
         seconds = time.perf_counter() - t0
         rel = str(artifact.relative_to(self.run_dir.root))
         if result.get("passed", False):
@@ -333,7 +335,7 @@ class _Runner:
         with self.console.phase("decision"):
             evals = {arm: read_jsonl(self.run_dir.eval_path(arm)) for arm in self.sched.arms}
             verdict = self.comp.decide(evals)
-            atomic_write_json(self.run_dir.verdict_path, verdict)
+            write_json_artifact(self.run_dir.verdict_path, verdict)
         self.run_dir.mark_phase("decision", "done", seconds=time.perf_counter() - t0)
         return verdict
 
@@ -373,7 +375,7 @@ class _Runner:
             for v in values.values():
                 v["match"] = v.get("plan") == v.get("executed")
             recorded[arm] = values
-            atomic_write_json(path, recorded)
+            write_json_artifact(path, recorded)
             bad = [(k, v) for k, v in values.items() if not v["match"]]
             if bad:
                 key, v = bad[0]
@@ -425,12 +427,9 @@ class _Runner:
         setup_s = time.perf_counter() - t_setup
         try:
             with self.console.steps(arm, start, until) as bar:
-                for i in range(start, until):
-                    t0 = time.perf_counter()
-                    row = dict(trainer.step(i))
-                    row["step"] = i
-                    row["arm"] = arm
-                    row["time/step_s"] = time.perf_counter() - t0
+                # the engine's one arm loop; after each step: checkpoint, then metrics.jsonl
+                for row in train_steps(trainer, start, until, arm=arm):
+                    i = row["step"]
                     rows.append(row)
                     save_checkpoint(
                         ckdir, i + 1, cursor=trainer.cursor, metrics=rows, save_trainer=trainer.save
@@ -446,5 +445,5 @@ class _Runner:
 
 
 def _step_summary(row: dict[str, Any]) -> str:
-    keys = ("reward/mean", "loss/clip_fraction", "dppo/mask_fraction", "drift/abs_p_q90")
+    keys = ("reward/mean", "loss/clip_fraction", "policy/drift_vs_sampler_q90")
     return " ".join(f"{k}={row[k]:.4g}" for k in keys if isinstance(row.get(k), int | float))

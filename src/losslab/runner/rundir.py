@@ -83,12 +83,15 @@ def _json_safe(obj: Any) -> Any:
     return obj
 
 
-def atomic_write_json(path: Path, obj: Any) -> None:
-    """Write `obj` as canonical artifact JSON (`dumps_json`: redacted, NaN as null) atomically."""
+def write_json_artifact(path: Path, obj: Any) -> None:
+    """Write `obj` as canonical artifact JSON (`dumps_json`: redacted, NaN as null) atomically.
+
+    Run-directory artifacts only; plain JSON files use `losslab.atomic.atomic_write_json`."""
     atomic_write_text(path, dumps_json(obj))
 
 
 def atomic_write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
+    """The metrics.jsonl / eval writer: one canonical JSON object per line, replaced atomically."""
     text = "".join(json.dumps(_json_safe(r), sort_keys=True, allow_nan=False) + "\n" for r in rows)
     atomic_write_text(path, text)
 
@@ -195,7 +198,7 @@ class RunDir:
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         manifest["updated_at"] = _now()
-        atomic_write_json(self.manifest_path, manifest)
+        write_json_artifact(self.manifest_path, manifest)
 
     def phase_done(self, phase: str) -> bool:
         return self.read_manifest().get("phases", {}).get(phase, {}).get("status") == "done"
