@@ -201,3 +201,12 @@ def test_params_round_trip_through_get_loss_keeps_optional_none():
     again = get_loss("ppo", **fn.params)
     assert again.params == fn.params
     assert again.params["norm_constant"] is None
+
+
+def test_no_public_name_collides_with_the_reference_library():
+    """`losslab.losses` (what trains) and `losslab.objectives` (the reference library checked by
+    `losslab conform`) share no public name, so `from ... import ppo`-style imports are unambiguous."""
+    import losslab.losses
+    import losslab.objectives
+
+    assert set(losslab.losses.__all__) & set(losslab.objectives.__all__) == set()

@@ -12,18 +12,17 @@ Adding a backend: one module with a `BACKEND` object satisfying `Backend`, plus 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:  # annotations only: importing the registry must not load torch or the SDK
-    import tinker
-    import torch
     from tinker import types
+
+    from losslab.losses.tinker_adapter import CustomLossFn
 
 __all__ = [
     "Backend",
-    "CustomLossFn",
     "Future",
     "SamplingClient",
     "ServiceClient",
@@ -31,11 +30,6 @@ __all__ = [
 ]
 
 T_co = TypeVar("T_co", covariant=True)
-
-CustomLossFn = Callable[
-    [list["tinker.Datum"], list["torch.Tensor"]], tuple["torch.Tensor", dict[str, float]]
-]
-"""Tinker's `CustomLossFnV1`: `(data, logprobs_list) -> (loss, metrics)`; the one alias."""
 
 
 class Future(Protocol[T_co]):

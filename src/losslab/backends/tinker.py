@@ -34,7 +34,7 @@ def api_key_from_env() -> str:
     if not key:
         raise TinkerKeyError(
             f"{API_KEY_ENV} is not set; the tinker backend reads the API key only from that "
-            "environment variable (use backend='local' to run without the service)"
+            "environment variable (or choose another backend from losslab.backends.BACKENDS)"
         )
     return key
 

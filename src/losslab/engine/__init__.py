@@ -1,7 +1,6 @@
 """losslab.engine: the RL arm loop (sample -> datums -> minibatch updates -> summary), pilot
 metrics and evaluation, on any client satisfying `losslab.backends.protocols`."""
 
-from losslab.backends.protocols import CustomLossFn
 from losslab.engine.datums import Rollout, build_datum, group_advantages, split_minibatches
 from losslab.engine.evaluate import EvalItem, accuracy, evaluate, load_eval, save_eval
 from losslab.engine.pilot import BASELINE_SIDE, GateSource, pilot_metrics, side_losses_for
@@ -22,6 +21,7 @@ from losslab.engine.rl import (
     train_on_minibatches,
     train_steps,
 )
+from losslab.losses.tinker_adapter import CustomLossFn
 
 __all__ = [
     "BASELINE_SIDE",

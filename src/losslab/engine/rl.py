@@ -23,8 +23,9 @@ import numpy as np
 import tinker
 import torch
 
-from losslab.backends.protocols import CustomLossFn, TrainingClient
+from losslab.backends.protocols import TrainingClient
 from losslab.engine.datums import Rollout, build_datum, group_advantages, split_minibatches
+from losslab.losses.tinker_adapter import CustomLossFn
 from losslab.tasks.base import ChatRenderer, Problem, Task, batch_for_step
 
 __all__ = [

@@ -59,7 +59,7 @@ class LossOutput:
 # ---------------------------------------------------------------------------------------------
 
 
-def importance_ratio(logprobs_T: Tensor, sampler_logprobs_T: Tensor) -> Tensor:
+def sampler_ratio(logprobs_T: Tensor, sampler_logprobs_T: Tensor) -> Tensor:
     """r = exp(min(ℓ − ℓ_s, 20)) in value, with gradient dr/dℓ = r (straight through the clamp)."""
     log_ratio_T = logprobs_T - sampler_logprobs_T
     excess_T = (log_ratio_T - LOG_RATIO_MAX).clamp_min(0).detach()
@@ -143,7 +143,7 @@ def _output(
     n, n_nonzero = int(on_T.sum()), int(nonzero_T.sum())
     masked = int(dropped_T.sum())
     with torch.no_grad():
-        ratio_T = importance_ratio(tokens.logprobs_T, tokens.sampler_logprobs_T)[on_T]
+        ratio_T = sampler_ratio(tokens.logprobs_T, tokens.sampler_logprobs_T)[on_T]
         drift_T = (tokens.logprobs_T.exp() - anchor_logprobs_T.exp()).abs()[on_T]
     ratio_mean, ratio_q50, ratio_q90 = _quantiles(ratio_T)
     _, drift_q50, drift_q90 = _quantiles(drift_T)
@@ -195,7 +195,7 @@ def importance_sampling(
             Default inf = Tinker's uncapped r; do not cap when reproducing Tinker.
     """
     t = pack(batch)
-    ratio_T = importance_ratio(t.logprobs_T, t.sampler_logprobs_T)
+    ratio_T = sampler_ratio(t.logprobs_T, t.sampler_logprobs_T)
     keep_T = _all_kept(t)
     loss_T = policy_gradient(t, ratio_T, keep_T, surrogate, clip_ratio_c)
     counts = dict(num_tokens=num_tokens, num_sequences=num_sequences, norm_constant=norm_constant)
@@ -234,7 +234,7 @@ def ppo(
             the r < lo branch); affects only `kept_D` and clip fractions.
     """
     t = pack(batch)
-    ratio_T, a_T = importance_ratio(t.logprobs_T, t.sampler_logprobs_T), t.advantages_T
+    ratio_T, a_T = sampler_ratio(t.logprobs_T, t.sampler_logprobs_T), t.advantages_T
     keep_T = trust_region(
         a_T,
         t.loss_T,
@@ -270,7 +270,7 @@ def cispo(
     With lo = 0 and hi = 10 this is Stable-RL's `pg_no_mask` mode.
     """
     t = pack(batch)
-    ratio_T = importance_ratio(t.logprobs_T, t.sampler_logprobs_T)
+    ratio_T = sampler_ratio(t.logprobs_T, t.sampler_logprobs_T)
     weight_T = ratio_T.clamp(clip_low_threshold, clip_high_threshold).detach()
     loss_T = -weight_T * t.logprobs_T * t.advantages_T * t.mask_T
     r_T = ratio_T.detach()
@@ -304,7 +304,7 @@ def dro(
     return _output(t, loss_T, _all_kept(t), t.sampler_logprobs_T, reduction, counts)
 
 
-def cross_entropy(
+def cross_entropy_loss(
     batch: TokenData,
     *,
     reduction: Reduction = "sum",
@@ -344,7 +344,7 @@ def _dppo_output(
 ) -> LossOutput:
     """The DPPO loss once its trust-region mask is known: the masked IS policy gradient with the
     weight against the sampler, plus `dppo/mask_fraction` (the gate's name for the clip share)."""
-    ratio_T = importance_ratio(t.logprobs_T, t.sampler_logprobs_T)
+    ratio_T = sampler_ratio(t.logprobs_T, t.sampler_logprobs_T)
     loss_T = policy_gradient(t, ratio_T, keep_T, surrogate, clip_ratio_c)
     out = _output(t, loss_T, keep_T, anchor_T, reduction, counts)
     out.metrics["dppo/mask_fraction"] = out.metrics["loss/clip_fraction"]

@@ -35,7 +35,7 @@ _LOSSES: dict[str, Callable[..., LossOutput]] = {
     "ppo": policy.ppo,
     "cispo": policy.cispo,
     "dro": policy.dro,
-    "cross_entropy": policy.cross_entropy,
+    "cross_entropy": policy.cross_entropy_loss,
     "dppo_binary_tv": policy.dppo_binary_tv,
     "dppo_binary_kl": policy.dppo_binary_kl,
 }

@@ -13,7 +13,9 @@ from losslab.losses.policy import LossOutput
 if TYPE_CHECKING:
     import tinker
 
-TinkerLossFn = Callable[["list[tinker.Datum]", list[Tensor]], tuple[Tensor, dict[str, float]]]
+CustomLossFn = Callable[["list[tinker.Datum]", list[Tensor]], tuple[Tensor, dict[str, float]]]
+"""Tinker's `CustomLossFnV1`: `(data, logprobs_list) -> (loss, metrics)`. The one alias: the
+engine, the backends and their Protocols (`losslab.backends.protocols`) use this one."""
 
 
 def as_tinker_loss_fn(
@@ -22,7 +24,7 @@ def as_tinker_loss_fn(
     num_tokens: float | None = None,
     num_sequences: float | None = None,
     norm_constant: float | None = None,
-) -> TinkerLossFn:
+) -> CustomLossFn:
     """Wrap `loss_fn` (a `LossFn` or any `TokenData -> LossOutput` callable) as Tinker's
     `CustomLossFnV1`: `(data, logprobs_list) -> (loss, metrics)` (tinker_contract.md §2.4).
 

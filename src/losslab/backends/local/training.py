@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import threading
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,11 +45,9 @@ from losslab.backends.datums import (
 from losslab.backends.futures import CompletedFuture, run_eagerly
 from losslab.backends.local.logprobs import sequence_logprobs
 from losslab.backends.local.models import clone_sharing_weights
+from losslab.losses.tinker_adapter import CustomLossFn
 
 LORA_ALPHA = 32
-CustomLossFn = Callable[
-    [list[types.Datum], list[torch.Tensor]], tuple[torch.Tensor, dict[str, float]]
-]
 
 
 def lora_target_modules(model: torch.nn.Module, train_attn: bool, train_mlp: bool) -> list[str]:
