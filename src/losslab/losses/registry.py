@@ -26,18 +26,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, Union, get_args, get_origin, get_type_hints
 
 from losslab.callspec import CallSpecError, format_call, parse_call
+from losslab.loss_names import LOSS_FUNCTIONS
 from losslab.losses import policy
 from losslab.losses.data import TokenData
 from losslab.losses.policy import LossOutput
 
 _LOSSES: dict[str, Callable[..., LossOutput]] = {
-    "importance_sampling": policy.importance_sampling,
-    "ppo": policy.ppo,
-    "cispo": policy.cispo,
-    "dro": policy.dro,
-    "cross_entropy": policy.cross_entropy_loss,
-    "dppo_binary_tv": policy.dppo_binary_tv,
-    "dppo_binary_kl": policy.dppo_binary_kl,
+    name: getattr(policy, function) for name, function in LOSS_FUNCTIONS.items()
 }
 LOSS_NAMES: tuple[str, ...] = tuple(_LOSSES)
 

@@ -1,7 +1,7 @@
 """Advantages, returns and normalisation.
 
 Groups (GRPO/RLOO) are CONTIGUOUS blocks of `group_size` over the flattened rewards
-(`rewards.reshape(-1, G)`), e.g. rewards_PG = [p0g0, p0g1, ..., p1g0, ...]. Returns/GAE run
+(`rewards.reshape(-1, G)`), e.g. rewards_P_G = [p0g0, p0g1, ..., p1g0, ...]. Returns/GAE run
 along TIME = DIM 0 ((T,) or (T, B, ...), the CleanRL/SB3 layout), with an explicit bootstrap
 `next_value` and no dones/mask. TRL and verl use (B, T) with time last: pass `x.T` to them.
 """
@@ -41,8 +41,8 @@ def _groups(fn: str, rewards: Tensor, group_size: object, min_size: int = 1) -> 
 
 def group_mean_baseline(rewards, group_size):
     """Rewards centred on their group mean, r - mean_group(r) (not the baseline itself)."""
-    rewards_NG = _groups("group_mean_baseline", rewards, group_size)
-    return (rewards_NG - rewards_NG.mean(dim=1, keepdim=True)).reshape(rewards.shape)
+    rewards_N_G = _groups("group_mean_baseline", rewards, group_size)
+    return (rewards_N_G - rewards_N_G.mean(dim=1, keepdim=True)).reshape(rewards.shape)
 
 
 def grpo_advantages(rewards, group_size, scale_by_std):
@@ -54,12 +54,12 @@ def grpo_advantages(rewards, group_size, scale_by_std):
     fn = "grpo_advantages"
     if not isinstance(scale_by_std, bool):
         raise TypeError(f"{fn}: scale_by_std must be a bool, got {scale_by_std!r}")
-    rewards_NG = _groups(fn, rewards, group_size)
-    adv_NG = rewards_NG - rewards_NG.mean(dim=1, keepdim=True)
+    rewards_N_G = _groups(fn, rewards, group_size)
+    adv_N_G = rewards_N_G - rewards_N_G.mean(dim=1, keepdim=True)
     if scale_by_std:
-        std_N1 = rewards_NG.std(dim=1, unbiased=False, keepdim=True)
-        adv_NG = adv_NG / (std_N1 + GRPO_STD_EPS)
-    return adv_NG.reshape(rewards.shape)
+        std_N_1 = rewards_N_G.std(dim=1, unbiased=False, keepdim=True)
+        adv_N_G = adv_N_G / (std_N_1 + GRPO_STD_EPS)
+    return adv_N_G.reshape(rewards.shape)
 
 
 def rloo_advantages(rewards, group_size):
@@ -68,10 +68,10 @@ def rloo_advantages(rewards, group_size):
     Needs group_size >= 2 (the leave-one-out baseline of a single sample is undefined).
     """
     fn = "rloo_advantages"
-    rewards_NG = _groups(fn, rewards, group_size, min_size=2)
-    g = rewards_NG.shape[1]
-    loo_NG = (rewards_NG.sum(dim=1, keepdim=True) - rewards_NG) / (g - 1)
-    return (rewards_NG - loo_NG).reshape(rewards.shape)
+    rewards_N_G = _groups(fn, rewards, group_size, min_size=2)
+    g = rewards_N_G.shape[1]
+    loo_N_G = (rewards_N_G.sum(dim=1, keepdim=True) - rewards_N_G) / (g - 1)
+    return (rewards_N_G - loo_N_G).reshape(rewards.shape)
 
 
 # ---------------------------------------------------------------------------- returns / GAE

@@ -45,15 +45,15 @@ def _clips(fn: str, clip_low: object, clip_high: object) -> tuple[float, float]:
     return lo, hi
 
 
-def _seq_to_token(fn: str, name: str, adv: Tensor, lp_BT: Tensor) -> Tensor:
+def _seq_to_token(fn: str, name: str, adv: Tensor, lp_B_T: Tensor) -> Tensor:
     """Sequence advantages (B,) broadcast over tokens as (B, 1); per-token (B, T) pass through."""
-    if adv.shape == lp_BT.shape[:-1]:
+    if adv.shape == lp_B_T.shape[:-1]:
         return adv.unsqueeze(-1)
-    if adv.shape == lp_BT.shape:
+    if adv.shape == lp_B_T.shape:
         return adv
     raise ValueError(
-        f"{fn}: {name} must have shape {tuple(lp_BT.shape[:-1])} (one per sequence) or "
-        f"{tuple(lp_BT.shape)} (one per token), got {tuple(adv.shape)}"
+        f"{fn}: {name} must have shape {tuple(lp_B_T.shape[:-1])} (one per sequence) or "
+        f"{tuple(lp_B_T.shape)} (one per token), got {tuple(adv.shape)}"
     )
 
 
@@ -137,15 +137,15 @@ def grpo_objective(
     contiguous groups; A = grpo_advantages(rewards, G, scale_by_std). The KL uses the CURRENT policy.
     """
     fn = "grpo_objective"
-    lp_BT = token_logprobs(logits, labels)
-    old_lp_BT = token_logprobs(old_logits, labels)
-    ref_lp_BT = token_logprobs(ref_logits, labels)
+    lp_B_T = token_logprobs(logits, labels)
+    old_lp_B_T = token_logprobs(old_logits, labels)
+    ref_lp_B_T = token_logprobs(ref_logits, labels)
     require_min_dim(fn, "labels", labels, 1)
     b = require_number(fn, "beta", beta, low=0.0)
     adv_B = grpo_advantages(rewards, group_size, scale_by_std)
-    adv_BT = _seq_to_token(fn, "rewards", adv_B, lp_BT)
-    pg = clipped_pg_loss(lp_BT, old_lp_BT, adv_BT, completion_mask, clip_low, clip_high)
-    kl = masked_mean(kl_penalty(lp_BT, ref_lp_BT, kl_estimator), completion_mask)
+    adv_B_T = _seq_to_token(fn, "rewards", adv_B, lp_B_T)
+    pg = clipped_pg_loss(lp_B_T, old_lp_B_T, adv_B_T, completion_mask, clip_low, clip_high)
+    kl = masked_mean(kl_penalty(lp_B_T, ref_lp_B_T, kl_estimator), completion_mask)
     return pg + b * kl
 
 
@@ -188,10 +188,10 @@ def rloo_objective(logits, old_logits, labels, mask, rewards, group_size, clip_l
     """RLOO with PPO clipping: clipped_pg_loss(lp, old_lp, rloo_advantages(rewards, G)[:, None],
     mask). No KL or entropy term."""
     fn = "rloo_objective"
-    lp_BT = token_logprobs(logits, labels)
-    old_lp_BT = token_logprobs(old_logits, labels)
-    adv_BT = _seq_to_token(fn, "rewards", rloo_advantages(rewards, group_size), lp_BT)
-    return clipped_pg_loss(lp_BT, old_lp_BT, adv_BT, mask, clip_low, clip_high)
+    lp_B_T = token_logprobs(logits, labels)
+    old_lp_B_T = token_logprobs(old_logits, labels)
+    adv_B_T = _seq_to_token(fn, "rewards", rloo_advantages(rewards, group_size), lp_B_T)
+    return clipped_pg_loss(lp_B_T, old_lp_B_T, adv_B_T, mask, clip_low, clip_high)
 
 
 def reverse_kl_objective(logits, ref_logits, labels, mask, advantages, beta):
@@ -200,11 +200,11 @@ def reverse_kl_objective(logits, ref_logits, labels, mask, advantages, beta):
     No ratio, old policy or clipping. advantages: (B,) per sequence or (B, T) per token.
     """
     fn = "reverse_kl_objective"
-    lp_BT = token_logprobs(logits, labels)
-    ref_lp_BT = token_logprobs(ref_logits, labels)
+    lp_B_T = token_logprobs(logits, labels)
+    ref_lp_B_T = token_logprobs(ref_logits, labels)
     require_float_tensor(fn, "advantages", advantages)
     require_tensor(fn, "mask", mask)
     b = require_number(fn, "beta", beta, low=0.0)
-    adv_BT = _seq_to_token(fn, "advantages", advantages, lp_BT)
-    require_broadcast(fn, ("token logprobs", "mask"), lp_BT, mask)
-    return masked_mean(-adv_BT * lp_BT + b * reverse_kl(lp_BT, ref_lp_BT), mask)
+    adv_B_T = _seq_to_token(fn, "advantages", advantages, lp_B_T)
+    require_broadcast(fn, ("token logprobs", "mask"), lp_B_T, mask)
+    return masked_mean(-adv_B_T * lp_B_T + b * reverse_kl(lp_B_T, ref_lp_B_T), mask)

@@ -17,9 +17,9 @@ Pinned revisions `owner/repo@commit:path::function(kw=value, ...) — descriptio
 (`parse_revision`, `Revision`, `RevisionError`): the one revision parser, which
 `losslab.conformance` imports. Argument lists and spec strings use `losslab.callspec`'s grammar.
 
-`plan` may not import `losses` (layering), so the registry's names are mirrored in
-`REGISTRY_LOSS_NAMES`; `losslab.losses.parse_loss_spec` checks the parameters when the run builds
-the loss.
+`plan` may not import `losses` (layering); the registry's names come from the stdlib-only
+`losslab.loss_names` that `losses` also reads, and `losslab.losses.build_loss` checks the
+parameters when the run builds the loss.
 """
 
 from __future__ import annotations
@@ -37,19 +37,10 @@ from losslab.callspec import (
     split_keyword,
     split_top_level,
 )
+from losslab.loss_names import LOSS_FUNCTIONS
 
-REGISTRY_LOSS_NAMES: frozenset[str] = frozenset(
-    {
-        "importance_sampling",
-        "ppo",
-        "cispo",
-        "dro",
-        "cross_entropy",
-        "dppo_binary_tv",
-        "dppo_binary_kl",
-    }
-)
-"""Names in `losslab.losses`' registry (docs/interfaces.md); keep in step with that package."""
+REGISTRY_LOSS_NAMES: frozenset[str] = frozenset(LOSS_FUNCTIONS)
+"""Names in `losslab.losses`' registry (read from `losslab.loss_names`, stdlib only)."""
 
 PLAN_LOSS_NAMES = ("grpo_clip_eps<eps>", "grpo_clip", "dppo_divergence_mask")
 
