@@ -281,6 +281,8 @@ def run_path(
         entry["implementation"][impl_key] = {
             "loss": impl.label,
             "value_convention_loss": impl.value_label or impl.label,
+            # where each hyperparameter came from: plan text, a pinned revision or the default
+            "provenance": dict(getattr(impl.loss_fn, "provenance", None) or {}),
         }
         entry["compared"].update(_compared(role, impl, ref))
         for kind, ours, theirs in (

@@ -383,13 +383,15 @@ def _check_finite(record: Mapping[str, float], keys: Sequence[str], where: str) 
 
 def train_on_minibatches(
     training_client: TrainingClient, datums_D: Sequence[tinker.Datum], arm: ArmConfig, step: int
-) -> list[dict[str, float]]:
+) -> tuple[list[dict[str, float]], dict[str, float]]:
     """Stage 3: for each of `updates_per_batch` minibatches, `forward_backward_custom(arm loss)`
-    then one `optim_step`. Returns one record per executed update (nothing when there are fewer
-    datums than minibatches, e.g. every group dropped)."""
+    then one `optim_step`. Returns one record per executed update (none when there are fewer
+    datums than minibatches, e.g. every group dropped) and the stage's `time/*` totals (kept out
+    of the records: everything but `time/*` is reproducible)."""
     per_update: list[dict[str, float]] = []
+    times = {"time/forward_backward_s": 0.0, "time/optim_s": 0.0}
     if len(datums_D) < arm.updates_per_batch:
-        return per_update
+        return per_update, times
     for u, minibatch_D in enumerate(split_minibatches(list(datums_D), arm.updates_per_batch), 1):
         where = f"arm {arm.name!r} step {step} update {u}"
         record: dict[str, float] = {"datums": float(len(minibatch_D))}
@@ -397,7 +399,7 @@ def train_on_minibatches(
         result = resolve(
             training_client.forward_backward_custom(minibatch_D, _instrumented(arm, record))
         )
-        record["time/forward_backward_s"] = time.perf_counter() - t
+        times["time/forward_backward_s"] += time.perf_counter() - t
         _check_finite(record, (TRAINED_LOSS, GRAD_NORM), where + " (stopped before optim_step)")
         # Tinker-style "name:reduction" keys only (loss:sum, surrogate_loss:sum); the user
         # metrics the backend echoes are already in the record.
@@ -405,13 +407,13 @@ def train_on_minibatches(
         record.update({f"backend/{k}": float(v) for k, v in backend.items() if ":" in k})
         t = time.perf_counter()
         response = resolve(training_client.optim_step(arm.adam_params()))
-        record["time/optim_s"] = time.perf_counter() - t
+        times["time/optim_s"] += time.perf_counter() - t
         optim_metrics = getattr(response, "metrics", None) or {}
         record.update({f"optim/{k}": float(v) for k, v in optim_metrics.items()})
         reported = sorted(k for k in record if k.startswith(("optim/", "backend/")))
         _check_finite(record, reported, where + " (after optim_step)")
         per_update.append(record)
-    return per_update
+    return per_update, times
 
 
 STEP_MEANS = (
@@ -439,8 +441,6 @@ def summarise(per_update: Sequence[Mapping[str, float]], arm: ArmConfig) -> dict
         for key in ("gap/abs_logprob_mean", "gap/abs_logprob_max", "gap/kl_sample_train_v1"):
             if key in per_update[0]:
                 out[f"{key}_first_update"] = per_update[0][key]
-    out["time/forward_backward_s"] = sum(r["time/forward_backward_s"] for r in per_update)
-    out["time/optim_s"] = sum(r["time/optim_s"] for r in per_update)
     return out
 
 
@@ -470,11 +470,12 @@ def rl_step(
     datums_D, assembled = assemble_datums(rollouts, len(problems_P), arm)
     out.update(assembled)
     try:
-        per_update = train_on_minibatches(training_client, datums_D, arm, step)
+        per_update, times = train_on_minibatches(training_client, datums_D, arm, step)
     except NonFiniteError as e:
         e.record = {**out, **e.record}
         raise
     out.update(summarise(per_update, arm))
+    out.update(times)
     out["time/step_s"] = time.perf_counter() - t_step
     return out
 
