@@ -8,7 +8,7 @@ import torch
 from tinker import types
 
 # Keys each built-in loss reads (besides target_tokens); config keys it accepts. Mirrors the
-# Tinker docs table (tinker_contract.md section 2.7).
+# Tinker docs table (https://tinker-docs.thinkingmachines.ai/losses).
 BUILTIN_INPUTS: dict[str, tuple[str, ...]] = {
     "cross_entropy": ("weights",),
     "importance_sampling": ("logprobs", "advantages"),

@@ -1,7 +1,7 @@
 """Held-out inputs for the 49 objectives: seeded random cases plus named edge cases per function.
 
-Each entry of `INPUT_SPECS` knows one objective's signature (as in the `reforacle` probe record,
-``../shared/seeds/objectives_reverse_engineering_record.txt``) and builds valid arguments for it:
+Each entry of `INPUT_SPECS` knows one objective's signature (as in the team's `reforacle` probe
+record, not shipped; `tests/objectives/test_signatures.py` pins the signatures) and builds valid arguments for it:
 shapes that fit together (logits (B,T,V) with labels (B,T); rewards of length divisible by
 group_size; gae with time on dim 0, (T,B) with next_value (B,)), masks, labels and scalars. On top of
 a handful of random cases every function has edge cases aimed at the conventions the record left

@@ -1,6 +1,7 @@
 """Known pinned references and losslab's re-derivation of each, in the reference's own layout.
 
-A re-derivation restates the reference's formula (team notes `specs/reference_losses.md` §3-§4,
+A re-derivation restates the reference's formula (Spindle `forward_backward.py::_loss` and
+Stable-RL `core_algos.py::compute_policy_loss_with_mask` at the pinned commits, restated here and
 checked against the golden file by `losslab golden check`) so that a preflight without a checkout
 still compares our losses with an independent statement of the reference:
 

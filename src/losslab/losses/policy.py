@@ -1,6 +1,6 @@
 """Policy losses over ragged token data in the Tinker convention.
 
-Notation per token t (reference_losses.md §2): ℓ current log-prob (differentiated), ℓ_s sampler
+Notation per token t: ℓ current log-prob (differentiated), ℓ_s sampler
 (rollout) log-prob, ℓ_o recomputed old log-prob, p = e^ℓ, r = e^(ℓ − ℓ_s), A advantage,
 m loss mask, sg(·) stop-gradient, M the trust-region keep mask (detached, 0 or 1).
 
@@ -185,7 +185,7 @@ def importance_sampling(
     num_sequences: float | None = None,
     norm_constant: float | None = None,
 ) -> LossOutput:
-    """Tinker `importance_sampling` (tinker_contract.md §2.7; Spindle `_loss`):
+    """Tinker `importance_sampling` (https://tinker-docs.thinkingmachines.ai/losses; Spindle `_loss`):
     L = −Σ_t m·r·A, r = e^(ℓ − ℓ_s). Value convention: the surrogate sum (Tinker's `loss:sum`).
 
     Args:
@@ -312,7 +312,7 @@ def cross_entropy_loss(
     num_sequences: float | None = None,
     norm_constant: float | None = None,
 ) -> LossOutput:
-    """Tinker `cross_entropy` (tinker_contract.md §2.7): L = −Σ_t m·ℓ, m = the "weights".
+    """Tinker `cross_entropy` (https://tinker-docs.thinkingmachines.ai/losses): L = −Σ_t m·ℓ, m = the "weights".
 
     Sampler log-probs and advantages are not used (zeros are fine); ratio/drift metrics then
     describe the model against whatever sampler log-probs were given.

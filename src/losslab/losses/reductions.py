@@ -1,6 +1,6 @@
 """How per-token losses become one number: an explicit `reduction=` on every loss.
 
-Tinker's built-in losses are plain SUMS over tokens and datums (tinker_contract.md §2.7); the
+Tinker's built-in losses are plain SUMS over tokens and datums (https://tinker-docs.thinkingmachines.ai/losses); the
 means follow verl/Stable-RL's `agg_loss` (core_algos.py) but take *global* counts so that the
 gradients of minibatches, each reduced with the full batch's counts, sum to the full-batch
 gradient (the re-batching bugs of TRL #6024 and verl #7321 are exactly a missing global count).

@@ -26,7 +26,8 @@ def as_tinker_loss_fn(
     norm_constant: float | None = None,
 ) -> CustomLossFn:
     """Wrap `loss_fn` (a `LossFn` or any `TokenData -> LossOutput` callable) as Tinker's
-    `CustomLossFnV1`: `(data, logprobs_list) -> (loss, metrics)` (tinker_contract.md §2.4).
+    `CustomLossFnV1`: `(data, logprobs_list) -> (loss, metrics)` (the SDK's
+    `TrainingClient.forward_backward_custom`).
 
     The SDK backpropagates the returned loss into each datum's log-prob tensor and needs a
     gradient on every one of them; losslab losses guarantee that (zero where masked). Pass the

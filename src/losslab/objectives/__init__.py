@@ -1,8 +1,11 @@
 """losslab.objectives: 49 post-training objectives and primitives, pure torch in, torch out.
 
 Conventions (axes, reductions, eps placement, empty-mask results, where TRL/verl differ) are in
-docs/conventions.md. Every function keeps the exact signature of the `reforacle` record
-(../shared/seeds/objectives_reverse_engineering_record.txt).
+docs/conventions.md. Every function keeps the exact signature of the team's `reforacle` probe
+record (not shipped; `tests/objectives/test_signatures.py` pins every signature).
+
+This is a separate REFERENCE library (padded `(B, T)` tensors, TRL/verl layout), checked by
+`losslab conform`; the losses that train are `losslab.losses` (docs/architecture.md).
 """
 
 from losslab.objectives.advantages import (
