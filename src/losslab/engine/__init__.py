@@ -3,7 +3,7 @@ metrics and evaluation, on any client satisfying `losslab.backends.protocols`.""
 
 from losslab.engine.datums import Rollout, build_datum, group_advantages, split_minibatches
 from losslab.engine.evaluate import EvalItem, accuracy, evaluate, load_eval, save_eval
-from losslab.engine.pilot import BASELINE_SIDE, GateSource, pilot_metrics, side_losses_for
+from losslab.engine.pilot import GateSource, pilot_metrics, side_losses_for
 from losslab.engine.rl import (
     GRAD_NORM,
     TRAINED_LOSS,
@@ -24,7 +24,6 @@ from losslab.engine.rl import (
 from losslab.losses.tinker_adapter import CustomLossFn
 
 __all__ = [
-    "BASELINE_SIDE",
     "GRAD_NORM",
     "TRAINED_LOSS",
     "ArmConfig",

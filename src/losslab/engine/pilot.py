@@ -16,9 +16,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-__all__ = ["BASELINE_SIDE", "GateSource", "pilot_metrics", "side_losses_for"]
-
-BASELINE_SIDE = "baseline"
+__all__ = ["GateSource", "pilot_metrics", "side_losses_for"]
 
 
 class GateSource(Protocol):
