@@ -73,7 +73,7 @@ def test_report_json_holds_the_facts(run_dir: Path) -> None:
         "curve-reward-mean",
         "curve-loss-clip-fraction",
         "curve-dppo-mask-fraction",
-        "curve-drift-abs-p-q90",
+        "curve-policy-drift-vs-sampler-q90",
         "curve-loss-value",
         "eval-accuracy",
         "feasibility",

@@ -64,7 +64,7 @@ class FakeTrainer:
             "reward/mean": float(-loss.detach()),
             "loss/clip_fraction": 0.1,
             "dppo/mask_fraction": 0.05,
-            "drift/abs_p_q90": 0.01 * (step + 1),
+            "policy/drift_vs_sampler_q90": 0.01 * (step + 1),  # the engine's cross-loss key
         }
 
     @property
