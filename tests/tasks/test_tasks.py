@@ -109,9 +109,12 @@ def test_any_reasoning_gym_dataset_by_name():
         make_task("mnist")
 
 
-def test_batch_for_step_wraps():
+def test_batch_for_step_follows_the_cookbook_cursor():
+    # 5 problems in batches of 2: ceil(5/2) = 3 batches [0,1] [2,3] [4]; the short last batch
+    # ends the epoch and step 3 starts the next one at row 0 (cookbook get_batch + epoch cycling).
     ps = [Problem(str(i), "q", "1") for i in range(5)]
-    assert [p.id for p in batch_for_step(ps, 2, 2)] == ["4", "0"]
+    ids = [[p.id for p in batch_for_step(ps, s, 2)] for s in range(4)]
+    assert ids == [["0", "1"], ["2", "3"], ["4"], ["0", "1"]]
     with pytest.raises(ValueError, match="batch_size must be positive"):
         batch_for_step(ps, 0, 0)
 

@@ -1,6 +1,12 @@
 """losslab.engine: datums, advantages, one RL step per arm, paired arms, pilot metrics, evaluation."""
 
-from losslab.engine.datums import Rollout, build_datum, group_advantages, split_minibatches
+from losslab.engine.datums import (
+    Rollout,
+    build_datum,
+    group_advantages,
+    keep_varied_groups,
+    split_minibatches,
+)
 from losslab.engine.evaluate import EvalItem, accuracy, evaluate, load_eval, save_eval
 from losslab.engine.pilot import BASELINE_SIDE, pilot_metrics
 from losslab.engine.rl import (
@@ -36,6 +42,7 @@ __all__ = [
     "rl_step",
     "sampling_seed",
     "save_eval",
+    "keep_varied_groups",
     "split_minibatches",
     "train_arm",
 ]

@@ -26,7 +26,13 @@ import tinker
 import torch
 
 from losslab.atomic import atomic_write_text
-from losslab.engine.datums import Rollout, build_datum, group_advantages, split_minibatches
+from losslab.engine.datums import (
+    Rollout,
+    build_datum,
+    group_advantages,
+    keep_varied_groups,
+    split_minibatches,
+)
 from losslab.tasks.base import ChatRenderer, Problem, Task, batch_for_step
 
 __all__ = [
@@ -65,14 +71,16 @@ class ArmConfig:
         learning_rate, beta1, beta2, eps, weight_decay, grad_clip_norm: `tinker.AdamParams` of
             every `optim_step` (cookbook: beta1 0.9, beta2 0.95, eps 1e-8).
         group_size: completions per prompt (G).
-        groups_per_batch: prompts per step (P); the step's problems are rows
-            `[step*P, (step+1)*P)` of the task's training order.
+        groups_per_batch: prompts per step (P); the step's problems are the task's batch
+            `step % ceil(N/P)` (`losslab.tasks.batch_for_step`, the cookbook's cursor).
         temperature, max_tokens: sampling settings.
         updates_per_batch: minibatches per batch, one `optim_step` each. 1 is on-policy and
             leaves nothing for a clip or trust region to act on.
         remove_constant_reward_groups: drop groups whose rewards are all equal (zero advantage)
-            before training; the count is logged. Off by default as in the cookbook; do not use
-            it with `updates_per_batch` > number of remaining datums.
+            before training; the count is logged. When every group is constant the first one is
+            kept, as in the cookbook. Off by default as in the cookbook.
+        (A batch with fewer datums than `updates_per_batch` runs one update per datum, as the
+        cookbook's `train_step` does; `optim/steps_executed` records how many ran.)
         side_losses: losses evaluated on the same datums and current log-probs without
             stepping (e.g. `{"baseline": grpo}` on the treatment arm for the activation gate);
             their metrics are logged as `update{u}/<name>/<key>`.
@@ -366,26 +374,27 @@ def rl_step(
 
     t = time.perf_counter()
     datums: list[tinker.Datum] = []
-    dropped = 0
-    for g in range(len(problems_P)):
-        group = [r for r in rollouts if r.group == g]
+    groups_P = [[r for r in rollouts if r.group == g] for g in range(len(problems_P))]
+    kept = range(len(groups_P))
+    if arm.remove_constant_reward_groups:
+        kept = keep_varied_groups([[r.reward for r in group] for group in groups_P])
+    for g in kept:
+        group = groups_P[g]
         rewards_G = torch.tensor([r.reward for r in group], dtype=torch.float64)
-        if arm.remove_constant_reward_groups and bool((rewards_G == rewards_G[0]).all()):
-            dropped += 1
-            continue
         advantages_G = group_advantages(rewards_G)
         datums += [
             build_datum(r.prompt_tokens, r.tokens, r.sampler_logprobs, float(a))
             for r, a in zip(group, advantages_G.tolist(), strict=True)
         ]
-    out["reward/groups_dropped"] = float(dropped)
+    out["reward/groups_dropped"] = float(len(groups_P) - len(kept))
     out["data/datums"] = float(len(datums))
     out["time/datums_s"] = time.perf_counter() - t
 
     executed, fb_s, opt_s = 0, 0.0, 0.0
     per_update: list[dict[str, float]] = []
-    if len(datums) >= arm.updates_per_batch:
-        for u, minibatch_D in enumerate(split_minibatches(datums, arm.updates_per_batch), start=1):
+    if datums:  # cookbook `train_step`: at most one minibatch per datum
+        n_updates = min(arm.updates_per_batch, len(datums))
+        for u, minibatch_D in enumerate(split_minibatches(datums, n_updates), start=1):
             record: dict[str, float] = {"datums": float(len(minibatch_D))}
             t = time.perf_counter()
             result = resolve(

@@ -63,9 +63,13 @@ class Task(Protocol):
 
 
 def batch_for_step(problems: Sequence[Problem], step: int, batch_size: int) -> list[Problem]:
-    """Rows `[step*B, (step+1)*B)` of the training order, wrapping around (cookbook `get_batch`).
+    """The training problems of global step `step`, with the cookbook's data cursor.
 
-    The data cursor is the step index, so a resumed or paired arm sees the same problems.
+    The training order holds `ceil(N/B)` batches: batch i is rows `[i*B, min((i+1)*B, N))`, so the
+    last batch of an epoch is short rather than wrapping into the next (cookbook
+    `Gsm8kDataset.get_batch`); step s uses batch `s % ceil(N/B)`, each epoch replaying the same
+    order (`EpochCycledRLDataset` without a shuffle seed). The cursor is the step index, so a
+    resumed or paired arm sees the same problems.
     """
     if batch_size <= 0:
         raise ValueError(f"batch_size must be positive, got {batch_size}")
@@ -73,8 +77,9 @@ def batch_for_step(problems: Sequence[Problem], step: int, batch_size: int) -> l
         raise ValueError(f"step must be >= 0, got {step}")
     if not problems:
         raise ValueError("the task has no training problems")
-    n = len(problems)
-    return [problems[(step * batch_size + i) % n] for i in range(batch_size)]
+    n_batches = -(-len(problems) // batch_size)
+    start = (step % n_batches) * batch_size
+    return list(problems[start : start + batch_size])
 
 
 # ----------------------------------------------------------------------------- chat formatting
