@@ -16,10 +16,10 @@ from losslab.engine import (
     NonFiniteError,
     build_datum,
     group_advantages,
+    keep_varied_groups,
     pilot_metrics,
     rl_step,
     sampling_seed,
-    keep_varied_groups,
     split_minibatches,
     train_arm,
 )
