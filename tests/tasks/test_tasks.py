@@ -156,3 +156,19 @@ def test_chat_renderer_disables_qwen3_thinking():
     tok.chat_template = None
     with pytest.raises(ValueError, match="has no chat_template"):
         ChatRenderer(tok, model_name="m")
+
+
+def test_chat_renderer_drops_a_template_default_system_turn():
+    # SmolLM2's template writes a default system turn when the conversation has none; the
+    # cookbook's renderers render only the given messages, so the renderer removes that turn.
+    tok = make_tiny_tokenizer()
+    tok.chat_template = (
+        "{% if messages[0]['role'] != 'system' %}"
+        "{{ '<|im_start|>system\nYou are a helpful AI assistant<|im_end|>\n' }}{% endif %}"
+        + tok.chat_template
+    )
+    r = ChatRenderer(tok, model_name="tiny")
+    user = [{"role": "user", "content": "hi"}]
+    assert r.prompt_text(user) == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    system = [{"role": "system", "content": "S"}, *user]
+    assert r.prompt_text(system).startswith("<|im_start|>system\nS<|im_end|>\n<|im_start|>user")
