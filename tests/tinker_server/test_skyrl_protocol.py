@@ -108,7 +108,10 @@ def test_forward_logprobs_equal_the_local_backend(tinker_env, training_client, t
 
 
 def test_builtin_loss_round_trip_strips_client_only_keys(training_client):
-    data = [_rl_datum(t, prompt_len=4, advantage=a) for t, a in zip(BATCH, (1.0, -0.5, 0.25))]
+    data = [
+        _rl_datum(t, prompt_len=4, advantage=a)
+        for t, a in zip(BATCH, (1.0, -0.5, 0.25), strict=True)
+    ]
     out = training_client.forward_backward(data, "importance_sampling").result()
     assert len(out.loss_fn_outputs) == len(data)
     for o, d in zip(out.loss_fn_outputs, data, strict=True):
@@ -119,7 +122,10 @@ def test_builtin_loss_round_trip_strips_client_only_keys(training_client):
 
 
 def test_custom_loss_round_trip(training_client):
-    data = [_rl_datum(t, prompt_len=4, advantage=a) for t, a in zip(BATCH, (1.0, -0.5, 0.25))]
+    data = [
+        _rl_datum(t, prompt_len=4, advantage=a)
+        for t, a in zip(BATCH, (1.0, -0.5, 0.25), strict=True)
+    ]
     seen = {}
 
     def loss_fn(batch, logprobs_list):
