@@ -9,9 +9,11 @@ port in its own process group, waits for /healthz (bounded), and at the end stop
 
 The server is not Tinker: its numerics (per-sequence means, no `dro`, ...) are its own, so the
 tests assert the protocol and the forward log-probs against the local backend, never that a
-loss value equals Tinker's. Two gaps in its SDK 0.38 replies are filled on the client side
-(`sdk_shims`): `asample` promises carry no `sample_sequence_ids`, and forward/backward results
-carry no `loss:sum` (the SDK's custom-loss path pops it).
+loss value equals Tinker's. Three gaps in its SDK 0.38 replies are filled on the client side
+(`sdk_shims`): `asample` promises carry no `sample_sequence_ids`; forward/backward results carry
+no `loss:sum` (the SDK's custom-loss path pops it); `get_info` carries the LoRA rank only in an
+older `model_data.lora_config` shape that SDK 0.38 drops, so it is read from the server's REST
+training-run record instead.
 """
 
 from __future__ import annotations
@@ -150,9 +152,21 @@ def sdk_shims() -> Iterator[None]:
             )
         return out
 
+    get_info = training_module.TrainingClient.get_info
+
+    def get_info_with_lora_rank(self):
+        info = get_info(self)
+        if info.lora_rank is None:  # the server sends it in the REST training-run record only
+            import tinker
+
+            run = tinker.RestClient().get_training_run(info.model_id).result()
+            info = info.model_copy(update={"lora_rank": run.lora_rank, "is_lora": run.is_lora})
+        return info
+
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(sampling_module, "_attach_sequence_ids", attach_when_given)
         mp.setattr(training_module, "combine_fwd_bwd_output_results", combine_with_loss_sum)
+        mp.setattr(training_module.TrainingClient, "get_info", get_info_with_lora_rank)
         yield
 
 
