@@ -76,7 +76,13 @@ def test_one_rl_train_main_step_runs_on_the_local_backend(tmp_path, monkeypatch)
         for line in (tmp_path / "log" / "metrics.jsonl").read_text().splitlines()
         if line.strip()
     ]
-    step0 = [m for m in metrics if m.get("step") == 0]
-    assert step0, metrics
-    # 2 groups x 2 rollouts were graded by the cookbook's MathEnv and trained on
-    assert "env/all/reward/total" in step0[0] or any("reward" in k for k in step0[0])
+    (step0,) = [m for m in metrics if m.get("progress/batch") == 0]
+    # the cookbook graded its rollouts with MathEnv and ran its optimizer step on our client
+    assert -0.1 <= step0["env/all/reward/total"] <= 1.0
+    assert step0["optim/lr"] == 1e-4
+    assert step0["env/all/total_episodes"] == 4  # batch_size 2 groups x group_size 2
+    assert step0["tokens/trained"] > 0 and step0["grad_norm:mean"] >= 0.0
+    # sampled and trained on the same weights: the sampler's and the trainer's log-probs agree,
+    # so the cookbook's KL(sample || train) estimate is float noise
+    assert abs(step0["optim/kl_sample_train_v1"]) < 1e-3
+    assert (tmp_path / "log" / "checkpoints.jsonl").read_text().strip()  # the final save ran

@@ -169,9 +169,14 @@ class DefaultComponents:
         from tinker import types
 
         arm = self.plan.arm(arm_name)
-        kwargs: dict[str, Any] = {"rank": self.plan.lora_rank, "seed": arm.seed}
-        if self.backend == "local":
-            kwargs["adam_params"] = types.AdamParams(**self.plan.adam_config(arm))
+        # Both backends' clients take the arm's AdamParams at creation (TinkerServiceClient keeps
+        # them for `optim_step()` and `optimizer_config()`), so the executed-config check reads
+        # the plan's optimizer before the first step on either backend.
+        kwargs: dict[str, Any] = {
+            "rank": self.plan.lora_rank,
+            "seed": arm.seed,
+            "adam_params": types.AdamParams(**self.plan.adam_config(arm)),
+        }
         try:
             return self.service.create_lora_training_client(self.base_model, **kwargs).result()
         except BackendUnavailable:
