@@ -161,6 +161,7 @@ class Gsm8kTask:
             "n_train": len(self.train),
             "n_test": len(self.test),
             "format_coef": self.format_coef,
+            "grader": f"cookbook math_rl sympy grade_answer, {self.grade_timeout_s:g} s limit",
             "prompt": "cookbook math_rl: strawberry one-shot + question + suffix",
             "suffix": GSM8K_SUFFIX,
         }
