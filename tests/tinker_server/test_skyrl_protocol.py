@@ -23,7 +23,7 @@ from losslab.backends.tinker import TinkerKeyError, TinkerServiceClient
 from .conftest import TEST_KEY
 
 REPO = Path(__file__).resolve().parents[2]
-# Measured: max |log p_server - log p_local| = 4.8e-7 on fixed batches (float32 on both sides).
+# Measured on this suite (tiny Qwen3, 3 sequences, float32 both sides): max diff 4.77e-7.
 LOGPROB_ATOL = 1e-5
 
 
