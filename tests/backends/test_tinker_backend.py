@@ -121,7 +121,7 @@ def test_api_key_only_from_env_and_never_printed(monkeypatch):
 
 
 def test_unreachable_service_times_out_with_a_named_message():
-    # The SDK retries an unreachable base URL forever; client creation must end instead.
+    # A creation future that never completes: client creation must end instead.
     import concurrent.futures
 
     class NeverDone:
@@ -134,6 +134,30 @@ def test_unreachable_service_times_out_with_a_named_message():
 
     svc = TinkerServiceClient(sdk_client=HangingSDK(), create_timeout_s=0.05)
     with pytest.raises(TimeoutError, match=r"no training client within 0.05 s"):
+        svc.create_lora_training_client("Qwen/Qwen3.5-2B", rank=32, seed=0).result()
+
+
+def test_a_creation_call_that_blocks_is_bounded_too():
+    # SDK 0.38 on a closed port blocks ~300 s inside create_lora_training_client itself
+    # (connection retries) before returning any future; the timeout must cover that call.
+    import threading
+
+    release = threading.Event()
+
+    class BlockingSDK:
+        def create_lora_training_client(self, base_model, **kw):
+            release.wait(30)
+            raise ConnectionError("gave up")
+
+    svc = TinkerServiceClient(sdk_client=BlockingSDK(), create_timeout_s=0.05)
+    try:
+        with pytest.raises(TimeoutError, match="check TINKER_BASE_URL"):
+            svc.create_lora_training_client("Qwen/Qwen3.5-2B", rank=32, seed=0).result()
+    finally:
+        release.set()
+    # an error the SDK raises in time reaches the caller as is
+    svc = TinkerServiceClient(sdk_client=BlockingSDK(), create_timeout_s=5.0)
+    with pytest.raises(ConnectionError, match="gave up"):
         svc.create_lora_training_client("Qwen/Qwen3.5-2B", rank=32, seed=0).result()
 
 

@@ -16,6 +16,7 @@ from losslab.engine import (
     NonFiniteError,
     build_datum,
     group_advantages,
+    keep_varied_groups,
     pilot_metrics,
     rl_step,
     sampling_seed,
@@ -100,7 +101,8 @@ def test_group_advantages_center_without_std():
 
 
 def test_split_minibatches_contiguous_and_exact():
-    assert split_minibatches(list(range(7)), 3) == [[0, 1, 2], [3, 4], [5, 6]]
+    # edges int(linspace(0, 7, 4)) = int([0, 2.33, 4.67, 7]) = [0, 2, 4, 7] (cookbook split_list)
+    assert split_minibatches(list(range(7)), 3) == [[0, 1], [2, 3], [4, 5, 6]]
     with pytest.raises(ValueError, match="cannot split 1 datums into 2"):
         split_minibatches([0], 2)
 
@@ -146,8 +148,22 @@ def test_remove_constant_reward_groups_is_logged():
     m = rl_step(
         client, AddTask(), AddTask().train[:2], arm(remove_constant_reward_groups=True), step=0
     )
-    assert m["reward/groups_dropped"] == 2.0 and m["data/datums"] == 0.0
-    assert m["optim/steps_executed"] == 0.0 and client.optim_calls == []
+    # Both groups constant: the cookbook keeps the first one, so 4 zero-advantage datums train.
+    assert m["reward/groups_dropped"] == 1.0 and m["data/datums"] == 4.0
+    assert m["optim/steps_executed"] == 2.0 and client.fb_sizes == [2, 2]
+
+
+def test_keep_varied_groups():
+    assert keep_varied_groups([[1.0, 0.0], [1.0, 1.0], [0.0, 0.5]]) == [0, 2]
+    assert keep_varied_groups([[1.0, 1.0], [0.0, 0.0]]) == [0]
+    assert keep_varied_groups([]) == []
+
+
+def test_fewer_datums_than_updates_runs_one_update_per_datum():
+    client = FakeTrainingClient()
+    task = AddTask()
+    m = rl_step(client, task, task.train[:1], arm(group_size=2, updates_per_batch=4), step=0)
+    assert client.fb_sizes == [1, 1] and m["optim/steps_executed"] == 2.0
 
 
 def test_sampling_uses_plan_settings_and_derived_seeds():
@@ -181,13 +197,13 @@ def test_paired_arms_see_identical_prompts_and_seeds(tmp_path):
             )
         )
     a, b = clients["grpo"].sample_calls, clients["dppo"].sample_calls
-    assert len(a) == len(b) == 6  # 3 steps x 2 groups
+    assert len(a) == len(b) == 5  # steps of 2, 2 and 1 groups
     assert [c["prompt"] for c in a] == [c["prompt"] for c in b]
     assert [c["params"].seed for c in a] == [c["params"].seed for c in b]
     ids = [r["data/problem_ids"] for r in records["grpo"]]
     assert ids == [r["data/problem_ids"] for r in records["dppo"]]
-    # data cursor = step: rows [2s, 2s+2) of the 5 training problems, wrapping around
-    assert ids == [["t0", "t1"], ["t2", "t3"], ["t4", "t0"]]
+    # data cursor = step: batches [t0 t1] [t2 t3] [t4] of the 5 problems (short last batch)
+    assert ids == [["t0", "t1"], ["t2", "t3"], ["t4"]]
     # the arms differ in their loss metrics only where drift exists (update 2)
     assert records["grpo"][0]["update2/loss/clip_fraction"] == pytest.approx(0.5)
     assert read_jsonl(tmp_path / "dppo.jsonl")[2]["step"] == 2

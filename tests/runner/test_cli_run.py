@@ -107,3 +107,30 @@ def test_report_rebuilds_from_a_run_directory(tmp_path: Path) -> None:
     assert r.exit_code == 0
     assert f"report: {(tmp_path / 'run' / 'report.html').resolve()}" in r.output
     assert "Verdict: " in (tmp_path / "run" / "report.html").read_text()
+
+
+def test_tinker_clients_are_created_with_the_arms_adam_params() -> None:
+    # The executed-config check reads optimizer_config() before the first step; the Tinker
+    # wrapper reports the AdamParams it was created with, so they must be passed on creation
+    # (found against a real Tinker-API server: lr 1e-4, the SDK default, instead of the plan's).
+    from losslab.runner.components import DefaultComponents
+
+    calls = []
+
+    class Service:
+        def create_lora_training_client(self, base_model, **kwargs):
+            calls.append((base_model, kwargs))
+
+            class Done:
+                def result(self):
+                    return "client"
+
+            return Done()
+
+    comp = DefaultComponents(REPO / "examples" / "gsm8k_dppo_vs_grpo.json", "tinker")
+    comp.__dict__["service"] = Service()  # the cached_property, without a key or network
+    arm = comp.plan.arms[0]
+    assert comp._create_client(arm.name) == "client"
+    ((base_model, kwargs),) = calls
+    assert base_model == comp.plan.base_model
+    assert kwargs["adam_params"].learning_rate == comp.plan.adam_config(arm)["learning_rate"]

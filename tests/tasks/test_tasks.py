@@ -109,9 +109,12 @@ def test_any_reasoning_gym_dataset_by_name():
         make_task("mnist")
 
 
-def test_batch_for_step_wraps():
+def test_batch_for_step_follows_the_cookbook_cursor():
+    # 5 problems in batches of 2: ceil(5/2) = 3 batches [0,1] [2,3] [4]; the short last batch
+    # ends the epoch and step 3 starts the next one at row 0 (cookbook get_batch + epoch cycling).
     ps = [Problem(str(i), "q", "1") for i in range(5)]
-    assert [p.id for p in batch_for_step(ps, 2, 2)] == ["4", "0"]
+    ids = [[p.id for p in batch_for_step(ps, s, 2)] for s in range(4)]
+    assert ids == [["0", "1"], ["2", "3"], ["4"], ["0", "1"]]
     with pytest.raises(ValueError, match="batch_size must be positive"):
         batch_for_step(ps, 0, 0)
 
@@ -153,3 +156,19 @@ def test_chat_renderer_disables_qwen3_thinking():
     tok.chat_template = None
     with pytest.raises(ValueError, match="has no chat_template"):
         ChatRenderer(tok, model_name="m")
+
+
+def test_chat_renderer_drops_a_template_default_system_turn():
+    # SmolLM2's template writes a default system turn when the conversation has none; the
+    # cookbook's renderers render only the given messages, so the renderer removes that turn.
+    tok = make_tiny_tokenizer()
+    tok.chat_template = (
+        "{% if messages[0]['role'] != 'system' %}"
+        "{{ '<|im_start|>system\nYou are a helpful AI assistant<|im_end|>\n' }}{% endif %}"
+        + tok.chat_template
+    )
+    r = ChatRenderer(tok, model_name="tiny")
+    user = [{"role": "user", "content": "hi"}]
+    assert r.prompt_text(user) == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    system = [{"role": "system", "content": "S"}, *user]
+    assert r.prompt_text(system).startswith("<|im_start|>system\nS<|im_end|>\n<|im_start|>user")

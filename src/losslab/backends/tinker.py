@@ -117,25 +117,47 @@ class TinkerTrainingClient:
 
 CREATE_TIMEOUT_S = 300.0
 """How long `.result()` waits for the service to create a training client when the caller gives
-no timeout. The SDK itself retries an unreachable service indefinitely; a run should instead end
-with a message naming the service."""
+no timeout. Measured with SDK 0.38 against a closed loopback port: the SDK's own
+`create_lora_training_client` call blocks for about 300 s of connection retries before it raises
+`APIConnectionError`, so losslab runs that call in a worker thread and bounds the wait itself."""
 
 
 class _TrainingClientFuture:
-    """Future of a TinkerTrainingClient over the SDK's client-creation future."""
+    """Future of a TinkerTrainingClient: the SDK's (blocking) creation call runs in a daemon
+    thread, so `.result(timeout)` bounds the whole creation, connection retries included."""
 
     def __init__(
-        self, sdk_future: Any, adam_params: types.AdamParams | None, default_timeout_s: float
+        self,
+        create: Callable[[], Any],
+        adam_params: types.AdamParams | None,
+        default_timeout_s: float,
     ) -> None:
-        self._sdk_future = sdk_future
+        import concurrent.futures
+        import threading
+
         self._adam = adam_params
         self._default_timeout_s = default_timeout_s
+        self._done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def work() -> None:
+            try:
+                sdk_future = create()
+                self._done.set_result(sdk_future)
+            except BaseException as e:  # handed to the caller of .result()
+                self._done.set_exception(e)
+
+        threading.Thread(target=work, name="losslab-tinker-create", daemon=True).start()
 
     def result(self, timeout: float | None = None) -> TinkerTrainingClient:
+        import concurrent.futures
+        import time
+
         wait_s = self._default_timeout_s if timeout is None else timeout
+        deadline = time.monotonic() + wait_s
         try:
-            sdk_client = self._sdk_future.result(wait_s)
-        except TimeoutError as e:
+            sdk_future = self._done.result(wait_s)
+            sdk_client = sdk_future.result(max(0.0, deadline - time.monotonic()))
+        except (TimeoutError, concurrent.futures.TimeoutError) as e:
             raise TimeoutError(
                 f"the Tinker service created no training client within {wait_s:g} s "
                 f"(unreachable base URL, or the service is busy); check TINKER_BASE_URL"
@@ -143,7 +165,9 @@ class _TrainingClientFuture:
         return TinkerTrainingClient(sdk_client, self._adam)
 
     async def result_async(self, timeout: float | None = None) -> TinkerTrainingClient:
-        return TinkerTrainingClient(await self._sdk_future, self._adam)
+        import asyncio
+
+        return await asyncio.to_thread(self.result, timeout)
 
     def __await__(self):
         return self.result_async().__await__()
@@ -155,7 +179,7 @@ class TinkerServiceClient:
     Args:
         sdk_client: an already-built SDK ServiceClient (tests pass a fake); default builds one.
         create_timeout_s: how long creating a training client may take before a TimeoutError
-            that names the service (the SDK alone would retry an unreachable URL forever).
+            that names the service (the SDK alone blocks ~300 s on an unreachable URL).
         **sdk_kwargs: forwarded to `tinker.ServiceClient` (base_url, project_id, ...); an
             `api_key` argument is refused so the key cannot come from code or config files.
     """
@@ -193,8 +217,10 @@ class TinkerServiceClient:
         adam_params: types.AdamParams | None = None,
         **kwargs: Any,
     ) -> _TrainingClientFuture:
-        fut = self._sdk.create_lora_training_client(base_model, rank=rank, seed=seed, **kwargs)
-        return _TrainingClientFuture(fut, adam_params, self._create_timeout_s)
+        def create() -> Any:
+            return self._sdk.create_lora_training_client(base_model, rank=rank, seed=seed, **kwargs)
+
+        return _TrainingClientFuture(create, adam_params, self._create_timeout_s)
 
     def create_sampling_client(self, *args: Any, **kwargs: Any) -> Any:
         return self._sdk.create_sampling_client(*args, **kwargs)

@@ -1,7 +1,13 @@
 """losslab.engine: the RL arm loop (sample -> datums -> minibatch updates -> summary), pilot
 metrics and evaluation, on any client satisfying `losslab.backends.protocols`."""
 
-from losslab.engine.datums import Rollout, build_datum, group_advantages, split_minibatches
+from losslab.engine.datums import (
+    Rollout,
+    build_datum,
+    group_advantages,
+    keep_varied_groups,
+    split_minibatches,
+)
 from losslab.engine.evaluate import EvalItem, accuracy, evaluate, load_eval, save_eval
 from losslab.engine.pilot import GateSource, pilot_metrics, side_losses_for
 from losslab.engine.rl import (
@@ -47,6 +53,7 @@ __all__ = [
     "sample_groups",
     "sampling_seed",
     "save_eval",
+    "keep_varied_groups",
     "side_losses_for",
     "split_minibatches",
     "summarise",

@@ -11,10 +11,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+import numpy as np
 import tinker
 import torch
 
-__all__ = ["Rollout", "build_datum", "group_advantages", "split_minibatches"]
+__all__ = [
+    "Rollout",
+    "build_datum",
+    "group_advantages",
+    "keep_varied_groups",
+    "split_minibatches",
+]
 
 T = TypeVar("T")
 
@@ -87,15 +94,22 @@ def build_datum(
 
 
 def split_minibatches(items: Sequence[T], n: int) -> list[list[T]]:
-    """Split in order into `n` contiguous, near-equal, non-empty chunks (cookbook `split_list`)."""
+    """Split in order into `n` contiguous non-empty chunks at the cookbook's boundaries.
+
+    tinker-cookbook `split_list`: edges `np.linspace(0, len, n + 1).astype(int)`, so sizes differ
+    by at most one and the longer chunks are spread out (7 into 3 gives 2, 2, 3).
+    """
     if n <= 0:
         raise ValueError(f"updates_per_batch must be >= 1, got {n}")
     if len(items) < n:
         raise ValueError(f"cannot split {len(items)} datums into {n} non-empty minibatches")
-    size, extra = divmod(len(items), n)
-    out, start = [], 0
-    for i in range(n):
-        end = start + size + (1 if i < extra else 0)
-        out.append(list(items[start:end]))
-        start = end
-    return out
+    edges = np.linspace(0, len(items), n + 1).astype(int)
+    return [list(items[edges[i] : edges[i + 1]]) for i in range(n)]
+
+
+def keep_varied_groups(rewards_P_G: Sequence[Sequence[float]]) -> list[int]:
+    """Indices of the groups whose rewards are not all equal (cookbook
+    `remove_constant_reward_groups`); when every group is constant, the first group alone is kept,
+    as the cookbook does, so the step still trains (on zero advantages)."""
+    varied = [p for p, rewards_G in enumerate(rewards_P_G) if len(set(rewards_G)) > 1]
+    return varied or list(range(min(1, len(rewards_P_G))))

@@ -24,7 +24,13 @@ import tinker
 import torch
 
 from losslab.backends.protocols import TrainingClient
-from losslab.engine.datums import Rollout, build_datum, group_advantages, split_minibatches
+from losslab.engine.datums import (
+    Rollout,
+    build_datum,
+    group_advantages,
+    keep_varied_groups,
+    split_minibatches,
+)
 from losslab.losses.tinker_adapter import CustomLossFn
 from losslab.tasks.base import ChatRenderer, Problem, Task, batch_for_step
 
@@ -85,14 +91,16 @@ class ArmConfig:
             0.38.0; the cookbook's recipes set 1e-8 explicitly), so a default here is the
             service's default.
         group_size: completions per prompt (G).
-        groups_per_batch: prompts per step (P); the step's problems are rows
-            `[step*P, (step+1)*P)` of the task's training order.
+        groups_per_batch: prompts per step (P); the step's problems are the task's batch
+            `step % ceil(N/P)` (`losslab.tasks.batch_for_step`, the cookbook's cursor).
         temperature, max_tokens: sampling settings.
         updates_per_batch: minibatches per batch, one `optim_step` each. 1 is on-policy and
             leaves nothing for a clip or trust region to act on.
         remove_constant_reward_groups: drop groups whose rewards are all equal (zero advantage)
-            before training; the count is logged. Off by default as in the cookbook; do not use
-            it with `updates_per_batch` > number of remaining datums.
+            before training; the count is logged. When every group is constant the first one is
+            kept, as in the cookbook. Off by default as in the cookbook.
+        (A batch with fewer datums than `updates_per_batch` runs one update per datum, as the
+        cookbook's `train_step` does; `optim/steps_executed` records how many ran.)
         side_losses: losses evaluated on the same datums and current log-probs without
             stepping (e.g. `{"baseline": grpo}` on the treatment arm for the activation gate);
             their metrics are logged as `update{u}/<name>/<key>`.
@@ -347,20 +355,20 @@ def assemble_datums(
     """Stage 2: centre rewards per group (GRPO) and build one cookbook datum per rollout."""
     t = time.perf_counter()
     datums_D: list[tinker.Datum] = []
-    dropped = 0
-    for g in range(n_groups):
-        group = [r for r in rollouts if r.group == g]
+    groups_P = [[r for r in rollouts if r.group == g] for g in range(n_groups)]
+    kept = range(n_groups)
+    if arm.remove_constant_reward_groups:  # the cookbook keeps one group when all are constant
+        kept = keep_varied_groups([[r.reward for r in group] for group in groups_P])
+    for g in kept:
+        group = groups_P[g]
         rewards_G = torch.tensor([r.reward for r in group], dtype=torch.float64)
-        if arm.remove_constant_reward_groups and bool((rewards_G == rewards_G[0]).all()):
-            dropped += 1
-            continue
         advantages_G = group_advantages(rewards_G)
         datums_D += [
             build_datum(r.prompt_tokens, r.tokens, r.sampler_logprobs, float(a))
             for r, a in zip(group, advantages_G.tolist(), strict=True)
         ]
     out = {
-        "reward/groups_dropped": float(dropped),
+        "reward/groups_dropped": float(n_groups - len(kept)),
         "data/datums": float(len(datums_D)),
         "time/datums_s": time.perf_counter() - t,
     }
@@ -385,14 +393,16 @@ def train_on_minibatches(
     training_client: TrainingClient, datums_D: Sequence[tinker.Datum], arm: ArmConfig, step: int
 ) -> tuple[list[dict[str, float]], dict[str, float]]:
     """Stage 3: for each of `updates_per_batch` minibatches, `forward_backward_custom(arm loss)`
-    then one `optim_step`. Returns one record per executed update (none when there are fewer
-    datums than minibatches, e.g. every group dropped) and the stage's `time/*` totals (kept out
-    of the records: everything but `time/*` is reproducible)."""
+    then one `optim_step`. As the cookbook's `train_step`, a batch with fewer datums than
+    minibatches runs one update per datum (none for an empty batch). Returns one record per
+    executed update and the stage's `time/*` totals (kept out of the records: everything but
+    `time/*` is reproducible)."""
     per_update: list[dict[str, float]] = []
     times = {"time/forward_backward_s": 0.0, "time/optim_s": 0.0}
-    if len(datums_D) < arm.updates_per_batch:
+    if not datums_D:
         return per_update, times
-    for u, minibatch_D in enumerate(split_minibatches(list(datums_D), arm.updates_per_batch), 1):
+    n_updates = min(arm.updates_per_batch, len(datums_D))
+    for u, minibatch_D in enumerate(split_minibatches(list(datums_D), n_updates), 1):
         where = f"arm {arm.name!r} step {step} update {u}"
         record: dict[str, float] = {"datums": float(len(minibatch_D))}
         t = time.perf_counter()

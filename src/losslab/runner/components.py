@@ -188,7 +188,9 @@ class DefaultComponents:
         from tinker import types
 
         arm = self.plan.arm(arm_name)
-        # adam_params at creation: every backend's optimizer read-back then reports the plan's
+        # adam_params at creation on every backend (TinkerServiceClient keeps them for
+        # `optim_step()` and `optimizer_config()`), so the executed-config check reads the plan's
+        # optimizer before the first step.
         adam = types.AdamParams(**self.plan.adam_config(arm))
         try:
             return self.service.create_lora_training_client(

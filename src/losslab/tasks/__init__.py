@@ -14,6 +14,8 @@ from losslab.tasks.grading import (
     extract_boxed,
     extract_gsm8k_answer,
     extract_last_number,
+    grade_answer,
+    grade_answer_with_timeout,
     normalize_numeric,
     numeric_equal,
 )
@@ -37,6 +39,8 @@ __all__ = [
     "extract_boxed",
     "extract_gsm8k_answer",
     "extract_last_number",
+    "grade_answer",
+    "grade_answer_with_timeout",
     "load_gsm8k_rows",
     "make_task",
     "normalize_numeric",

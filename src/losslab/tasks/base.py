@@ -63,9 +63,13 @@ class Task(Protocol):
 
 
 def batch_for_step(problems: Sequence[Problem], step: int, batch_size: int) -> list[Problem]:
-    """Rows `[step*B, (step+1)*B)` of the training order, wrapping around (cookbook `get_batch`).
+    """The training problems of global step `step`, with the cookbook's data cursor.
 
-    The data cursor is the step index, so a resumed or paired arm sees the same problems.
+    The training order holds `ceil(N/B)` batches: batch i is rows `[i*B, min((i+1)*B, N))`, so the
+    last batch of an epoch is short rather than wrapping into the next (cookbook
+    `Gsm8kDataset.get_batch`); step s uses batch `s % ceil(N/B)`, each epoch replaying the same
+    order (`EpochCycledRLDataset` without a shuffle seed). The cursor is the step index, so a
+    resumed or paired arm sees the same problems.
     """
     if batch_size <= 0:
         raise ValueError(f"batch_size must be positive, got {batch_size}")
@@ -73,8 +77,9 @@ def batch_for_step(problems: Sequence[Problem], step: int, batch_size: int) -> l
         raise ValueError(f"step must be >= 0, got {step}")
     if not problems:
         raise ValueError("the task has no training problems")
-    n = len(problems)
-    return [problems[(step * batch_size + i) % n] for i in range(batch_size)]
+    n_batches = -(-len(problems) // batch_size)
+    start = (step % n_batches) * batch_size
+    return list(problems[start : start + batch_size])
 
 
 # ----------------------------------------------------------------------------- chat formatting
@@ -87,9 +92,14 @@ _END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "
 class ChatRenderer:
     """Builds generation prompts with the tokenizer's own chat template and parses completions.
 
-    Qwen3 models get `enable_thinking=False` (the cookbook's `qwen3_disable_thinking` renderer);
-    sampling stops on the end-of-turn token (`<|im_end|>` for ChatML models), which the sampler
-    returns as the last token, as Tinker does.
+    Renders what the cookbook's renderers render: the given messages and nothing else. A ChatML
+    template that writes a default system turn when the conversation has none (SmolLM2's "You
+    are a helpful AI assistant named SmolLM...", 21 extra tokens on the GSM8K prompt) has that turn
+    removed, so SmolLM2 prompts equal the cookbook's `qwen3_instruct` ChatML rendering token for
+    token. Qwen3 / Qwen3.5 models get `enable_thinking=False`, the generation prompt of the
+    cookbook's `qwen3_disable_thinking` / `qwen3_5_disable_thinking` renderers. Sampling stops
+    on the end-of-turn token (`<|im_end|>` for ChatML models), which the sampler returns as the
+    last token, as Tinker does.
     """
 
     tokenizer: Any
@@ -104,6 +114,26 @@ class ChatRenderer:
             )
         if not self.stop_token_ids:
             self.stop_token_ids = [self._end_of_turn_id()]
+        self._default_system_turn = self._find_default_system_turn()
+
+    def _find_default_system_turn(self) -> str:
+        """The system turn a ChatML template writes on its own for a conversation without one
+        ("" when it writes none)."""
+        marker = "\x00losslab-probe\x00"
+        probe = self._render([{"role": "user", "content": marker}], add_generation_prompt=False)
+        head = probe[: probe.find(marker)]
+        user_header = head.rfind("<|im_start|>user")
+        if user_header > 0 and "<|im_start|>system" in head[:user_header]:
+            return head[:user_header]
+        return ""
+
+    def _render(self, messages: list[dict[str, str]], add_generation_prompt: bool) -> str:
+        kwargs: dict[str, Any] = {}
+        if "qwen3" in self.model_name.lower():
+            kwargs["enable_thinking"] = False
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs
+        )
 
     def _end_of_turn_id(self) -> int:
         vocab = self.tokenizer.get_vocab()
@@ -115,12 +145,11 @@ class ChatRenderer:
         return int(self.tokenizer.eos_token_id)
 
     def prompt_text(self, messages: list[dict[str, str]]) -> str:
-        kwargs: dict[str, Any] = {}
-        if "qwen3" in self.model_name.lower():
-            kwargs["enable_thinking"] = False
-        return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True, **kwargs
-        )
+        text = self._render(messages, add_generation_prompt=True)
+        injected = self._default_system_turn
+        if injected and messages and messages[0].get("role") != "system":
+            text = text.removeprefix(injected)
+        return text
 
     def build_prompt(self, messages: list[dict[str, str]]) -> tinker.ModelInput:
         # The template already writes any BOS token, so the text is encoded without specials.

@@ -2,7 +2,8 @@
 
 Prompt: the one-shot "strawberry" exchange, then `question + " Write your answer in \\boxed{} format."`.
 Reward: `correct + 0.1 * (format - 1)`, where format = stopped on the end-of-turn token and wrote a
-`\\boxed{}`, correct = numeric exact match of the last box against the text after `####`.
+`\\boxed{}`, correct = the cookbook's sympy `grade_answer` of the last box against the text after
+`####`, with its 1 s limit (`losslab.tasks.grading`).
 Train order: shuffled by the plan's seed (the permutation `datasets.Dataset.shuffle(seed)` uses);
 test order: file order.
 """
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from losslab.tasks.base import Grade, Problem
-from losslab.tasks.grading import extract_boxed, extract_gsm8k_answer, numeric_equal
+from losslab.tasks.grading import extract_boxed, extract_gsm8k_answer, grade_answer_with_timeout
 
 __all__ = ["GSM8K_FEWSHOT", "GSM8K_SUFFIX", "Gsm8kTask", "load_gsm8k_rows"]
 
@@ -119,12 +120,15 @@ class Gsm8kTask:
             what `datasets.Dataset.shuffle(seed=seed)` applies); the test split keeps file order.
         data: local folder or file instead of the hub (`--data`).
         format_coef: weight of the format penalty; 0.1 as in the cookbook.
+        grade_timeout_s: limit for grading one answer (the cookbook's `MathEnv.timeout`, 1 s); an
+            answer whose grading overruns counts as wrong. Raise it only on a very slow machine.
         n_train / n_test: keep only the first items (after shuffling); None keeps all.
     """
 
     seed: int = 0
     data: str | Path | None = None
     format_coef: float = 0.1
+    grade_timeout_s: float = 1.0
     n_train: int | None = None
     n_test: int | None = None
     name: str = "gsm8k"
@@ -143,7 +147,9 @@ class Gsm8kTask:
     def grade(self, problem: Problem, text: str, stopped: bool) -> Grade:
         boxed = extract_boxed(text)
         fmt = stopped and boxed is not None
-        correct = numeric_equal(boxed, problem.answer)
+        correct = boxed is not None and grade_answer_with_timeout(
+            boxed, problem.answer, self.grade_timeout_s
+        )
         reward = float(correct) + self.format_coef * (float(fmt) - 1.0)
         return Grade(reward=reward, correct=correct, format=fmt, prediction=boxed)
 
@@ -155,6 +161,7 @@ class Gsm8kTask:
             "n_train": len(self.train),
             "n_test": len(self.test),
             "format_coef": self.format_coef,
+            "grader": f"cookbook math_rl sympy grade_answer, {self.grade_timeout_s:g} s limit",
             "prompt": "cookbook math_rl: strawberry one-shot + question + suffix",
             "suffix": GSM8K_SUFFIX,
         }
