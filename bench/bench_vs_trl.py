@@ -16,9 +16,11 @@ same torch thread count.
   `per_device_train_batch_size=32`, `beta=0`, `loss_type="dapo"`, no vLLM; one RL step is two
   optimizer steps (one generation).
 
-Protocol: rounds alternate the sides (losslab, TRL, losslab, TRL, ...); every round starts a fresh
-process per side that runs one warm-up step (excluded) and `--steps` measured steps; medians over
-all measured steps. Phases: sampling (generation), scoring (rewards/grading, advantages, TRL's
+Protocol: rounds alternate the sides (losslab, TRL, TRL, losslab, ...); every round starts a
+fresh process per side that warms up (excluded: losslab one small `rl_step`, 1 prompt x 8 x 4
+tokens; TRL a short `generate` and one forward/backward of its LoRA model; TRL's first measured
+step still carries its trainer's one-off set-up, seconds) and runs `--steps` measured full steps;
+medians over all measured steps. Phases: sampling (generation), scoring (rewards/grading, advantages, TRL's
 old-log-prob forward), training (forward/backward and optimizer steps). Peak RSS: the worker's
 `ru_maxrss` (whole process, loading included) and the peak RSS sampled during measured steps.
 
@@ -162,9 +164,13 @@ def worker_losslab(args) -> dict[str, Any]:
         return fb(data, loss_fn, **k)
 
     client.forward_backward_custom = counted_fb
+    # warm-up (excluded): one small step through the same code paths (snapshot, sampling,
+    # forward_backward_custom, optim_step); then `--steps` measured full-size steps
+    warm = ArmConfig(**{**arm.__dict__, "groups_per_batch": 1, "max_tokens": 4})
+    rl_step(client, task, problems[:1], warm, 0)
     steps = []
-    for s in range(1 + args.steps):
-        measured = s > 0
+    for s in range(1, 1 + args.steps):
+        measured = True
         grade_s[0] = 0.0
         work.update(train_tokens_run=0, train_rows_loss=0)
         rss.active = measured
@@ -234,7 +240,7 @@ def worker_trl(args) -> dict[str, Any]:
             out.append(float(task.grade(by_id[pid], text, bool(ids) and ids[-1] == eos).reward))
         return out
 
-    n_steps = 1 + args.steps
+    n_steps = args.steps
     config = trl.GRPOConfig(
         output_dir=tempfile.mkdtemp(prefix="trl-bench-"),
         per_device_train_batch_size=PROMPTS * GROUP // UPDATES,
@@ -283,6 +289,18 @@ def worker_trl(args) -> dict[str, Any]:
 
         return wrapper
 
+    # warm-up (excluded): a short generate and one forward/backward of the LoRA model the
+    # trainer built, so thread pools, allocator and lazy initialisation are warm
+    warm_ids = tok.apply_chat_template(
+        task.messages(problems[0]),
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )["input_ids"]
+    with torch.no_grad():
+        trainer.model.generate(input_ids=warm_ids, max_new_tokens=4, do_sample=True)
+    trainer.model(input_ids=warm_ids).logits.float().logsumexp(-1).sum().backward()
+    trainer.model.zero_grad(set_to_none=True)
     trainer._generate = timed("generate", trainer._generate)
     trainer._generate_and_score_completions = timed(
         "gen_and_score", trainer._generate_and_score_completions
@@ -296,7 +314,7 @@ def worker_trl(args) -> dict[str, Any]:
             if state.global_step % UPDATES == 0:  # first optimizer step of an RL step
                 for k in phase:
                     phase[k] = 0.0
-                rss.active = state.global_step >= UPDATES
+                rss.active = True
                 marks["t0"] = time.perf_counter()
 
         def on_step_end(self, args_, state, control, **kw):
@@ -314,8 +332,7 @@ def worker_trl(args) -> dict[str, Any]:
                 print(
                     f"trl step {state.global_step}: {json.dumps(rec)}", file=sys.stderr, flush=True
                 )
-                if state.global_step > UPDATES:
-                    steps.append(rec)
+                steps.append(rec)
 
     trainer.add_callback(StepTimer())
     trainer.train()
