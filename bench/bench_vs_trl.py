@@ -166,7 +166,10 @@ def worker_losslab(args) -> dict[str, Any]:
     client.forward_backward_custom = counted_fb
     # warm-up (excluded): one small step through the same code paths (snapshot, sampling,
     # forward_backward_custom, optim_step); then `--steps` measured full-size steps
-    warm = ArmConfig(**{**arm.__dict__, "groups_per_batch": 1, "max_tokens": 4})
+    # (learning rate 1e-12: the policy the measured step samples stays the initial one, as TRL's)
+    warm = ArmConfig(
+        **{**arm.__dict__, "groups_per_batch": 1, "max_tokens": 4, "learning_rate": 1e-12}
+    )
     rl_step(client, task, problems[:1], warm, 0)
     steps = []
     for s in range(1, 1 + args.steps):
