@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 from transformers import DynamicCache
 
-CHUNK_ROWS = 512  # 512 x 49,152 fp32 = 100 MB peak for SmolLM2
+CHUNK_ROWS = 256  # 256 x 49,152 fp32 = 50 MB per logits chunk for SmolLM2 (2-3 live at once)
 
 
 def _chunk_lse_and_target(h_M_H: Tensor, w_V_H: Tensor, y_M: Tensor) -> tuple[Tensor, Tensor]:
