@@ -146,7 +146,7 @@ def worker_losslab(args) -> dict[str, Any]:
             grade_s[0] += time.perf_counter() - t
 
     task.grade = timed_grade
-    work = {"train_tokens_run": 0, "train_rows_loss": 0, "decode_steps": 0}
+    work = {"train_tokens_run": 0, "train_rows_loss": 0}
     fb = client.forward_backward_custom
 
     def counted_fb(data, loss_fn, **k):
