@@ -25,8 +25,18 @@ $(TS_STAMP): tests/tinker_server/requirements.txt
 	$(TS_VENV)/bin/python -m pip install -q --no-deps --ignore-requires-python "skyrl==0.4.0"
 	touch $(TS_STAMP)
 
-.PHONY: install install-cookbook test test-cookbook test-tinker-server lint demo clean
+# TRL for bench/bench_vs_trl.py lives in its own venv that sees this one's packages (a .pth line)
+# and gets trl alone (--no-deps), so pip never replaces the pinned torch.
+BENCH_VENV := .venv-bench
+BENCH_STAMP := $(BENCH_VENV)/.installed
+$(BENCH_STAMP): $(STAMP)
+	test -x $(BENCH_VENV)/bin/python || $(PY) -m venv $(BENCH_VENV)
+	$(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" \
+		> $$($(BENCH_VENV)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/losslab_venv.pth
+	$(BENCH_VENV)/bin/python -m pip install -q --no-deps "trl==1.16.0"
+	touch $(BENCH_STAMP)
 
+.PHONY: install install-cookbook test test-cookbook test-tinker-server lint demo bench clean
 install: $(STAMP)
 
 # tinker-cookbook 0.6.1 for tests/cookbook (skipped without it): its import-time deps from the
@@ -51,5 +61,8 @@ test: $(STAMP) lint
 demo: $(STAMP)
 	$(BIN)/losslab run examples/arithmetic_dppo_vs_grpo_local.json
 
+bench: $(BENCH_STAMP)
+	$(BIN)/python bench/bench_vs_trl.py --trl-python $(BENCH_VENV)/bin/python
+
 clean:
-	rm -rf $(VENV) $(TS_VENV) .pytest_cache
+	rm -rf $(VENV) $(TS_VENV) $(BENCH_VENV) .pytest_cache

@@ -53,6 +53,10 @@ class LocalServiceClient:
             CUDA). A custom-loss batch larger than this runs the two-phase form (see
             `LocalTrainingClient.forward_backward_custom`).
         max_batch_rows: sequences per batched generation chunk.
+        share_prefix: in training and scoring, run a shared prefix (a GRPO group's prompt) once
+            and reuse its KV cache for every sequence that starts with it (same values and
+            gradients as separate passes, to float round-off). Turn it off only to measure what
+            it buys; families that cannot share (linear-attention, sliding-window) never do.
     Other keyword arguments of `tinker.ServiceClient` (api_key, base_url, ...) are accepted and
     ignored, so code written for Tinker constructs this unchanged.
     """
@@ -66,6 +70,7 @@ class LocalServiceClient:
         num_threads: int | None = None,
         max_tokens_per_batch: int | None = None,
         max_batch_rows: int = 64,
+        share_prefix: bool = True,
         **tinker_kwargs: Any,
     ) -> None:
         self.device = _pick_device(device)
@@ -89,6 +94,7 @@ class LocalServiceClient:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         self.max_tokens_per_batch = max_tokens_per_batch
         self.max_batch_rows = max_batch_rows
+        self.share_prefix = bool(share_prefix)
 
     def __repr__(self) -> str:
         return f"LocalServiceClient(device={str(self.device)!r}, dtype={self.dtype})"

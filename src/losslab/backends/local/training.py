@@ -43,7 +43,12 @@ from losslab.backends.datums import (
     tinker_visible,
 )
 from losslab.backends.futures import CompletedFuture, run_eagerly
-from losslab.backends.local.logprobs import sequence_logprobs
+from losslab.backends.local.logprobs import (
+    can_share_prefix,
+    causal_lm,
+    plan_microbatches,
+    sequence_logprobs,
+)
 from losslab.backends.local.models import clone_sharing_weights
 from losslab.losses.tinker_adapter import CustomLossFn
 
@@ -153,6 +158,7 @@ class LocalTrainingClient:
         self._steps = 0
         self._snapshots = 0
         self._vocab = int(self._model.get_base_model().get_output_embeddings().weight.shape[0])
+        self._share_prefix = service.share_prefix and can_share_prefix(causal_lm(self._model))
 
     # ------------------------------------------------------------------ info
     def __repr__(self) -> str:
@@ -238,6 +244,7 @@ class LocalTrainingClient:
             targets,
             device=self._device,
             max_tokens_per_batch=self._service.max_tokens_per_batch,
+            share_prefix=self._share_prefix,
         )
 
     @staticmethod
@@ -303,14 +310,16 @@ class LocalTrainingClient:
             batch = check_data(data)
             config = check_builtin(loss_fn, batch, loss_fn_config)
             batch = [tinker_visible(d, loss_fn) for d in batch]
-            total, lp_all = 0.0, []
+            total, lp_all = 0.0, [torch.empty(0)] * len(batch)
             with self._lock:
-                for chunk in self._microbatches(batch):
+                for idx in self._microbatches(batch):
+                    chunk = [batch[i] for i in idx]
                     lp_D = [lp.float().cpu() for lp in self._logprobs(chunk)]
                     loss = self._builtin_loss(loss_fn, chunk, lp_D, config)
                     loss.backward()
                     total += float(loss.detach())
-                    lp_all.extend(lp_D)
+                    for i, lp in zip(idx, lp_D, strict=True):
+                        lp_all[i] = lp
             return types.ForwardBackwardOutput(
                 loss_fn_output_type=loss_fn,
                 loss_fn_outputs=self._outputs(lp_all),
@@ -319,18 +328,12 @@ class LocalTrainingClient:
 
         return run_eagerly(run)
 
-    def _microbatches(self, batch: list[types.Datum]) -> list[list[types.Datum]]:
-        budget = self._service.max_tokens_per_batch
-        chunks, cur, longest = [], [], 0
-        for d in batch:
-            n = d.model_input.length
-            if cur and max(longest, n) * (len(cur) + 1) > budget:
-                chunks.append(cur)
-                cur, longest = [], 0
-            cur.append(d)
-            longest = max(longest, n)
-        chunks.append(cur)
-        return chunks
+    def _microbatches(self, batch: list[types.Datum]) -> list[list[int]]:
+        """Datum indices per micro-batch: prefix groups kept whole, bucketed by length, at most
+        `max_tokens_per_batch` padded tokens each (`logprobs.plan_microbatches`)."""
+        inputs = [d.model_input.to_ints() for d in batch]
+        plan = plan_microbatches(inputs, self._service.max_tokens_per_batch, self._share_prefix)
+        return [[i for g in groups for i in g.members] for groups in plan]
 
     def forward_backward_custom(
         self, data: Sequence[types.Datum], loss_fn: CustomLossFn, *, loss_type_input: Any = None
@@ -344,6 +347,10 @@ class LocalTrainingClient:
         `sum_d sum_t g_dt * d lp_dt / d theta`, exactly the gradient of Tinker's two-phase
         surrogate (forward, then cross-entropy with weights = -g), at the cost of one step.
         Metrics are the user's metrics plus "loss:sum".
+
+        Prefix sharing: datums whose inputs share a prefix (a GRPO group's prompt) run it once
+        and reuse its KV cache (`logprobs.sequence_logprobs`), with the gradient of separate
+        passes; families that cannot share (linear-attention, sliding-window) run one pass each.
 
         Memory guard: the fused pass keeps the whole batch's activations. When the batch needs
         more than one micro-batch (`max_tokens_per_batch` padded tokens), it runs Tinker's
@@ -367,17 +374,12 @@ class LocalTrainingClient:
                 if fused:
                     torch.autograd.backward(lp_D, list(grads))
                 else:
-                    start = 0
-                    for chunk in self._microbatches(batch):
-                        lp_chunk = self._logprobs(chunk)
+                    for idx in self._microbatches(batch):
+                        lp_chunk = self._logprobs([batch[i] for i in idx])
                         g_chunk = [
-                            g.to(lp.device)
-                            for g, lp in zip(
-                                grads[start : start + len(chunk)], lp_chunk, strict=True
-                            )
+                            grads[i].to(lp.device) for i, lp in zip(idx, lp_chunk, strict=True)
                         ]
                         torch.autograd.backward(lp_chunk, g_chunk)
-                        start += len(chunk)
                 metrics = {str(k): float(v) for k, v in dict(user_metrics or {}).items()}
                 metrics["loss:sum"] = float(loss.detach().sum())
             return types.ForwardBackwardOutput(

