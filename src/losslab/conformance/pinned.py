@@ -57,8 +57,26 @@ RUNTIME_MODULES = frozenset(
         "types",
     }
 )
-ADAPTERS = {"compute_policy_loss_with_mask": "verl_padded", "_loss": "spindle_packed"}
-EXTRA_ROOTS = {"spindle_packed": ("_loss_config",)}  # validated the way the reference does
+# Heavy or type-only third-party modules a reference file imports at the top but whose use in
+# the extracted definitions is incidental (logging, type checking, a registry's actor runtime):
+# they are bound to an inert stub in the subprocess, and the extraction records each one, so a
+# reference that really calls into one fails with the stub's error naming it.
+STUB_MODULES = frozenset(
+    {
+        "ray",
+        "omegaconf",
+        "hydra",
+        "loguru",
+        "jaxtyping",
+        "beartype",
+        "typeguard",
+        "pydantic",
+        "tensordict",
+        "transformers",
+        "wandb",
+        "cloudpickle",
+    }
+)
 
 
 class PinnedSourceError(RuntimeError):
@@ -156,10 +174,15 @@ class ExtractedModule:
 
 
 def _runtime_names(node: ast.AST) -> tuple[set[str], dict[str, set[str]]]:
-    """Names a definition loads at run time (annotations excluded) and `alias.attr` uses."""
+    """Names a definition loads at run time and `alias.attr` uses. Annotations are excluded, and
+    so are a function's decorators: the extracted function is executed undecorated (see
+    `Extractor.finish`), so a registering decorator never pulls its registry in."""
     names: set[str] = set()
     attrs: dict[str, set[str]] = {}
     skip: set[int] = set()
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        for dec in node.decorator_list:
+            skip.update(id(n) for n in ast.walk(dec))
     for sub in ast.walk(node):
         if isinstance(sub, ast.arg) and sub.annotation is not None:
             skip.update(id(n) for n in ast.walk(sub.annotation))
@@ -180,7 +203,8 @@ def _runtime_names(node: ast.AST) -> tuple[set[str], dict[str, set[str]]]:
 def _index(
     tree: ast.Module,
 ) -> tuple[dict[str, ast.stmt], dict[str, tuple[ast.stmt, str, str | None, int]]]:
-    """Top-level definitions by name, and imported names -> (stmt, module, attr, level)."""
+    """Top-level definitions by name, and imported names -> (stmt, module, attr, level).
+    `from m import *` statements are listed under the key "*<n>" (followed on demand)."""
     defs: dict[str, ast.stmt] = {}
     imports: dict[str, tuple[ast.stmt, str, str | None, int]] = {}
     for stmt in tree.body:
@@ -200,6 +224,9 @@ def _index(
                     top = alias.name.split(".")[0]
                     imports[top] = (stmt, top, None, 0)
         elif isinstance(stmt, ast.ImportFrom):
+            if [a.name for a in stmt.names] == ["*"]:
+                imports[f"*{len(imports)}"] = (stmt, stmt.module or "", "*", stmt.level)
+                continue
             for alias in stmt.names:
                 imports[alias.asname or alias.name] = (
                     stmt,
@@ -213,8 +240,11 @@ def _index(
 class Extractor:
     """Collect a function and what it uses, across files of one commit."""
 
-    def __init__(self, files: GitFiles) -> None:
+    def __init__(self, files: GitFiles, stub_names: Iterable[str] = ()) -> None:
         self.files = files
+        # names an adapter declares type-only (e.g. verl's `AlgoConfig`, used in an isinstance
+        # assert): bound to an empty class instead of being extracted
+        self.stub_names = frozenset(stub_names)
         self.modules: dict[str, ExtractedModule] = {}
         self.order: list[str] = []
         self._trees: dict[str, tuple[ast.Module, str, dict, dict]] = {}
@@ -258,16 +288,29 @@ class Extractor:
             name = queue.pop()
             if name in wanted or name in dir(builtins):
                 continue
+            if name in self.stub_names and (name in imports or name not in defs):
+                wanted.add(name)
+                self.modules[module].bindings.append({"name": name, "kind": "stub_class"})
+                continue
             if name in defs:
                 wanted.add(name)
                 used, attrs = _runtime_names(defs[name])
-                queue.extend(n for n in used if n in defs or n in imports)
+                queue.extend(
+                    n for n in used if n in defs or n in imports or n in self.stub_names
+                )
                 for alias, attr_names in attrs.items():
                     if alias in imports:
                         self._bind_import(module, path, alias, imports[alias], attr_names)
             elif name in imports:
                 wanted.add(name)
                 self._bind_import(module, path, name, imports[name], None)
+            elif (star := self._star_origin(module, name)) is not None:
+                wanted.add(name)  # `from .x import *` re-exports it
+                star_module, star_path = star
+                self.want(star_module, star_path, [name], root=True)
+                self.modules[module].bindings.append(
+                    {"name": name, "kind": "object", "module": star_module, "attr": name}
+                )
             elif root:
                 raise self._fail(
                     f"function {name} is not defined at the top level of {path} at "
@@ -275,6 +318,27 @@ class Extractor:
                 )
         if module not in self.order:
             self.order.append(module)
+
+    def _star_origin(self, module: str, name: str, seen: frozenset[str] = frozenset()) -> (
+        tuple[str, str] | None
+    ):
+        """The (module, path) of this repository that `name` reaches `module` from through its
+        `from x import *` statements (followed recursively), or None."""
+        _, _, _, imports = self._trees[module]
+        for key, (_, target, attr, level) in imports.items():
+            if attr != "*" or not key.startswith("*"):
+                continue
+            dotted = self._resolve_module(target, level, module)
+            path = self.files.module_path(dotted)
+            if path is None or dotted in seen:
+                continue
+            _, _, defs, sub_imports = self._load(dotted, path)
+            if name in defs or name in sub_imports:
+                return dotted, path
+            deeper = self._star_origin(dotted, name, seen | {module})
+            if deeper is not None:
+                return deeper
+        return None
 
     def _bind_import(
         self,
@@ -289,12 +353,17 @@ class Extractor:
         target = self._resolve_module(target, level, module)
         top = target.split(".")[0]
         local = self.files.module_path(top) is not None or level > 0
+        if not local and top in STUB_MODULES:
+            if not any(b["name"] == alias for b in ext.bindings):
+                ext.bindings.append({"name": alias, "kind": "stub", "module": target})
+            return
         if not local:
             if top not in RUNTIME_MODULES or importlib.util.find_spec(top) is None:
                 raise self._fail(
                     f"{path} needs '{ast.unparse(stmt)}' for {alias}, and {top} is "
-                    f"neither in the repository nor an allowed runtime module "
-                    f"({', '.join(sorted(RUNTIME_MODULES))})"
+                    f"neither in the repository, nor an allowed runtime module "
+                    f"({', '.join(sorted(RUNTIME_MODULES))}), nor one losslab stubs "
+                    f"({', '.join(sorted(STUB_MODULES))})"
                 )
             line = ast.unparse(stmt)
             if line not in ext.imports:
@@ -320,6 +389,10 @@ class Extractor:
                     )
                 self.want(target, mod_path, [attr], root=True)
                 binding = {"name": alias, "kind": "object", "module": target, "attr": attr}
+                star = self._star_origin(target, attr)
+                _, _, target_defs, target_imports = self._trees[target]
+                if star is not None and attr not in target_defs and attr not in target_imports:
+                    binding["module"] = star[0]
         else:  # import pkg.mod as alias -> a namespace of the attributes used
             mod_path = self.files.module_path(target)
             if mod_path is None:
@@ -348,12 +421,16 @@ class Extractor:
                 own = [n for n, s in defs.items() if s is stmt and n in wanted]
                 if own:
                     segment = ast.get_source_segment(text, stmt, padded=True)
-                    if (
-                        isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                        and stmt.decorator_list
-                    ):
+                    if isinstance(stmt, ast.ClassDef) and stmt.decorator_list:
+                        # class decorators (@dataclass) shape the class: kept
                         first = min(d.lineno for d in stmt.decorator_list)
                         segment = "\n".join(text.splitlines()[first - 1 : stmt.end_lineno])
+                    elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        # function decorators register or wrap (verl/SkyRL registries,
+                        # torch.compile, jaxtyped): dropped, the function runs as written
+                        segment = "\n".join(
+                            text.splitlines()[stmt.lineno - 1 : stmt.end_lineno]
+                        )
                     segments.append(segment)
                     names.extend(own)
             ext.code = "\n\n\n".join(segments) + "\n"
