@@ -5,8 +5,10 @@
 the function plus the module-level definitions it uses with `ast` (following imports into other
 files of the same repository at the same commit), and execute only those definitions, unchanged,
 in a separate Python process (`sys.executable -I`, sockets disabled, a timeout), with the fixture
-passed through a temporary JSON file. Adapters map our per-datum layout to the reference's:
-`verl_padded` (zero-padded [B, T] rows, verl's `agg_loss`) and `spindle_packed` (packed rows).
+passed through a temporary JSON file. The framework adapter
+(`losslab.conformance.frameworks.<name>.call_reference`) maps our per-datum layout to the
+reference's. The extractor follows `from x import *`, drops function decorators (they register
+or wrap) and binds the heavy/type-only modules of `STUB_MODULES` to inert stubs.
 
 Nothing runs unless the user named the checkout; nothing from the checkout is written anywhere
 except the temporary directory of one run.
@@ -18,11 +20,13 @@ import ast
 import builtins
 import hashlib
 import importlib.util
+import inspect
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import textwrap
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +36,7 @@ import numpy as np
 
 from losslab.conformance.fixtures import Fixture
 from losslab.conformance.references import ReferenceResult, ResolvedReference
-from losslab.plan import Revision
+from losslab.plan import Revision, RevisionError
 
 RUNNER = Path(__file__).with_name("pinned_runner.py")
 # Third-party/stdlib modules the runner may import for the reference (everything else must come
@@ -249,11 +253,13 @@ class Extractor:
         self.order: list[str] = []
         self._trees: dict[str, tuple[ast.Module, str, dict, dict]] = {}
         self._wanted: dict[str, set[str]] = {}
+        self._paths: dict[str, str] = {}
 
     def _fail(self, message: str) -> PinnedSourceError:
         return PinnedSourceError(f"revision {self.files.revision.text!r}: {message}")
 
     def _load(self, module: str, path: str) -> tuple[ast.Module, str, dict, dict]:
+        self._paths[module] = path
         if module not in self._trees:
             text = self.files.read(path)
             if text is None:
@@ -269,9 +275,13 @@ class Extractor:
         return self._trees[module]
 
     def _resolve_module(self, module: str, level: int, here: str) -> str:
-        """The absolute dotted name of `from <level dots><module> import ...` inside `here`."""
+        """The absolute dotted name of `from <level dots><module> import ...` inside `here`
+        (inside a package's `__init__.py`, one dot is the package itself)."""
         if level:
-            base = here.split(".")[:-level] if level <= here.count(".") + 1 else []
+            is_package = self._paths.get(here, "").endswith("__init__.py")
+            drop = level - 1 if is_package else level
+            parts = here.split(".")
+            base = parts[: len(parts) - drop] if drop <= len(parts) else []
             return ".".join([*base, module] if module else base)
         return module
 
@@ -440,9 +450,13 @@ class Extractor:
 
 
 def extract(
-    files: GitFiles, function: str, extra_roots: Iterable[str] = ()
+    files: GitFiles,
+    function: str,
+    extra_roots: Iterable[str] = (),
+    stub_names: Iterable[str] = (),
 ) -> list[ExtractedModule]:
-    """Extract `function` (and optional extra roots present in the file) from the revision's path."""
+    """Extract `function` (and optional extra roots present in the file) from the revision's path;
+    `stub_names` are type-only names bound to empty classes instead of being extracted."""
     rev = files.revision
     module = rev.path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
     module = module.removeprefix("src.")
@@ -451,7 +465,7 @@ def extract(
         raise PinnedSourceError(
             f"revision {rev.text!r}: file {rev.path} does not exist at commit {files.commit}"
         )
-    ex = Extractor(files)
+    ex = Extractor(files, stub_names)
     ex.want(module, rev.path, [function], root=True)
     _, _, defs, _ = ex._load(module, rev.path)
     extra = [r for r in extra_roots if r in defs]
@@ -470,41 +484,24 @@ def _given_config_keys(rev: Revision) -> set[str]:
     return keys
 
 
-def _verl_config_fields(ref: ResolvedReference) -> dict[str, Any]:
-    """The actor-config fields the revision sets; unset thresholds stay None so the pinned
-    function applies its own fallbacks (clip_ratio for low/high, its `.get` default for c)."""
-    rev, p = ref.revision, ref.params
-    fields: dict[str, Any] = {
-        key: rev.kwargs.get(key) for key in ("clip_ratio", "clip_ratio_low", "clip_ratio_high")
-    }
-    if rev.clip_bounds is not None:  # `clip LO/HI` shorthand: absolute bounds, resolved
-        fields["clip_ratio_low"], fields["clip_ratio_high"] = (
-            p["clip_ratio_low"],
-            p["clip_ratio_high"],
-        )
-    if "clip_ratio_c" in rev.kwargs:
-        fields["clip_ratio_c"] = rev.kwargs["clip_ratio_c"]
-    fields.update(
-        global_batch_info=dict(p["global_batch_info"]),
-        policy_loss={"loss_mode": p["loss_mode"]},
-        loss_agg_mode=p["loss_agg_mode"],
-    )
-    return fields
-
-
 def run_pinned(
-    ref: ResolvedReference, checkout: Path, fixture: Fixture, timeout_s: float = 120.0
+    ref: ResolvedReference, checkout: Path | GitFiles, fixture: Fixture, timeout_s: float = 120.0
 ) -> ReferenceResult:
-    """Execute the pinned reference of `ref` from `checkout` on `fixture` in a subprocess."""
+    """Execute the pinned reference of `ref` from `checkout` on `fixture` in a subprocess.
+
+    The revision is re-resolved against the checkout's commit, so parameters the revision leaves
+    unset take the defaults of the framework's config classes at that commit (`result.resolved`).
+    """
+    from losslab.conformance.references import resolve_reference
+
     rev = ref.revision
-    adapter = ADAPTERS.get(rev.function)
-    if adapter is None:
-        raise PinnedSourceError(
-            f"revision {rev.text!r}: no layout adapter for function "
-            f"{rev.function}; losslab adapts {sorted(ADAPTERS)}"
-        )
-    files = GitFiles(checkout, rev)
-    modules = extract(files, rev.function, EXTRA_ROOTS.get(adapter, ()))
+    fw = ref.framework
+    files = checkout if isinstance(checkout, GitFiles) else GitFiles(checkout, rev)
+    try:
+        ref = resolve_reference(rev, files)
+    except RevisionError as err:
+        raise PinnedSourceError(str(err)) from err
+    modules = extract(files, rev.function, fw.extra_roots, fw.stub_names)
     root_module = modules[-1].module if modules else ""
     for m in modules:
         if m.path == rev.path:
@@ -513,13 +510,11 @@ def run_pinned(
         "modules": [m.to_dict() for m in modules],
         "root_module": root_module,
         "function": rev.function,
-        "extra_roots": [
-            r for r in EXTRA_ROOTS.get(adapter, ()) if any(r in m.names for m in modules)
-        ],
-        "adapter": adapter,
+        "extra_roots": [r for r in fw.extra_roots if any(r in m.names for m in modules)],
+        "framework": fw.name,
+        "call_source": textwrap.dedent(inspect.getsource(fw.call_reference)),
         "params": ref.params,
         "raw_config_keys": sorted(_given_config_keys(rev)),
-        "config_fields": _verl_config_fields(ref) if adapter == "verl_padded" else {},
         "sequences": fixture.to_json_dict()["sequences"],
     }
     with tempfile.TemporaryDirectory(prefix="losslab-pinned-") as tmp:
@@ -558,6 +553,11 @@ def run_pinned(
         # inferred: a loss token with A != 0 whose gradient is exactly zero was clipped/masked
         blocked.append((g == 0) & (seq.loss_mask != 0) & (seq.advantages != 0))
     root = next(m for m in modules if m.path == rev.path)
+    stubs = sorted(
+        {f"{b['name']} ({b.get('module', 'type-only')})" for m in modules for b in m.bindings
+         if b["kind"] in ("stub", "stub_class")}
+    )
+    where = files.checkout
     return ReferenceResult(
         loss=float(result["loss"]),
         per_sequence_loss=[float(x) for x in result["per_sequence_loss"]],
@@ -566,12 +566,13 @@ def run_pinned(
         source={
             "kind": "pinned_source",
             "label": f"pinned source executed: {rev.repo}@{files.commit}:{rev.path}::{rev.function} "
-            f"from {checkout}",
-            "checkout": str(checkout),
+            f"from {where}",
+            "checkout": str(where),
             "commit": files.commit,
             "file_sha256": root.sha256,
-            "adapter": adapter,
+            "framework": fw.name,
             "extracted": {m.path: {"sha256": m.sha256, "names": m.names} for m in modules},
+            "stubbed": stubs,
             "effective_params": ref.params,
             "notes": list(ref.notes)
             + [
@@ -581,4 +582,5 @@ def run_pinned(
         },
         dtype="float32",
         blocked_scope="nonzero_adv",
+        resolved=ref,
     )

@@ -52,7 +52,11 @@ class _Stub:
 def _load(payload: dict[str, Any]) -> dict[str, dict[str, Any]]:
     spaces: dict[str, dict[str, Any]] = {}
     for mod in payload["modules"]:
-        g: dict[str, Any] = {"__name__": f"pinned.{mod['module']}", "__builtins__": builtins}
+        # a real module object in sys.modules: dataclasses looks the defining module up there
+        module = types.ModuleType(f"pinned.{mod['module']}")
+        sys.modules[module.__name__] = module
+        g: dict[str, Any] = module.__dict__
+        g["__builtins__"] = builtins
         for b in mod["bindings"]:
             if b["kind"] == "stub":
                 g[b["name"]] = _Stub(b["module"])
