@@ -369,17 +369,18 @@ def token_tensors(
     fixture: Fixture, dtype: Any = None, requires_grad: bool = True
 ) -> dict[str, list]:
     """Per-datum torch tensors (`logprobs_D`, `sampler_logprobs_D`, `advantages_D`, `mask_D`,
-    and `old_logprobs_D`, None unless every sequence has old log-probs)."""
+    and `old_logprobs_D`: the recomputed old log-probs, the sampler's where a sequence has none)."""
     import torch
 
     dtype = dtype or torch.float32
-    has_old = all(s.old_logprobs is not None for s in fixture.sequences)
     return {
-        "old_logprobs_D": (
-            [torch.tensor(s.old_logprobs, dtype=dtype) for s in fixture.sequences]
-            if has_old
-            else None
-        ),
+        # a fixture without old log-probs has old = sampler (set A)
+        "old_logprobs_D": [
+            torch.tensor(
+                s.sampler_logprobs if s.old_logprobs is None else s.old_logprobs, dtype=dtype
+            )
+            for s in fixture.sequences
+        ],
         "logprobs_D": [
             torch.tensor(s.current_logprobs, dtype=dtype).requires_grad_(requires_grad)
             for s in fixture.sequences

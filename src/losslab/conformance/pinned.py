@@ -305,9 +305,7 @@ class Extractor:
             if name in defs:
                 wanted.add(name)
                 used, attrs = _runtime_names(defs[name])
-                queue.extend(
-                    n for n in used if n in defs or n in imports or n in self.stub_names
-                )
+                queue.extend(n for n in used if n in defs or n in imports or n in self.stub_names)
                 for alias, attr_names in attrs.items():
                     if alias in imports:
                         self._bind_import(module, path, alias, imports[alias], attr_names)
@@ -329,9 +327,9 @@ class Extractor:
         if module not in self.order:
             self.order.append(module)
 
-    def _star_origin(self, module: str, name: str, seen: frozenset[str] = frozenset()) -> (
-        tuple[str, str] | None
-    ):
+    def _star_origin(
+        self, module: str, name: str, seen: frozenset[str] = frozenset()
+    ) -> tuple[str, str] | None:
         """The (module, path) of this repository that `name` reaches `module` from through its
         `from x import *` statements (followed recursively), or None."""
         _, _, _, imports = self._trees[module]
@@ -438,9 +436,7 @@ class Extractor:
                     elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                         # function decorators register or wrap (verl/SkyRL registries,
                         # torch.compile, jaxtyped): dropped, the function runs as written
-                        segment = "\n".join(
-                            text.splitlines()[stmt.lineno - 1 : stmt.end_lineno]
-                        )
+                        segment = "\n".join(text.splitlines()[stmt.lineno - 1 : stmt.end_lineno])
                     segments.append(segment)
                     names.extend(own)
             ext.code = "\n\n\n".join(segments) + "\n"
@@ -554,8 +550,12 @@ def run_pinned(
         blocked.append((g == 0) & (seq.loss_mask != 0) & (seq.advantages != 0))
     root = next(m for m in modules if m.path == rev.path)
     stubs = sorted(
-        {f"{b['name']} ({b.get('module', 'type-only')})" for m in modules for b in m.bindings
-         if b["kind"] in ("stub", "stub_class")}
+        {
+            f"{b['name']} ({b.get('module', 'type-only')})"
+            for m in modules
+            for b in m.bindings
+            if b["kind"] in ("stub", "stub_class")
+        }
     )
     where = files.checkout
     return ReferenceResult(
@@ -565,6 +565,8 @@ def run_pinned(
         blocked_D=blocked,
         source={
             "kind": "pinned_source",
+            "repo": rev.repo,
+            "obtained": getattr(files, "obtained", f"checkout {where}"),
             "label": f"pinned source executed: {rev.repo}@{files.commit}:{rev.path}::{rev.function} "
             f"from {where}",
             "checkout": str(where),

@@ -81,9 +81,11 @@ class _Config:
 
     def __init__(self, fields: dict[str, Any]) -> None:
         for key, value in fields.items():
-            self.__dict__[key] = _Config(value) if isinstance(value, dict) and key != (
-                "global_batch_info"
-            ) else value
+            self.__dict__[key] = (
+                _Config(value)
+                if isinstance(value, dict) and key != ("global_batch_info")
+                else value
+            )
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.__dict__.get(key, default)

@@ -505,6 +505,7 @@ def rederive(
         blocked_D=[np.asarray(b, dtype=bool) for b in blocks],
         source={
             "kind": "rederivation",
+            "repo": ref.revision.repo,
             "label": f"losslab re-derivation of {ref.revision.short} (formula from the "
             "reference's source as documented; pinned source not executed)",
             "effective_params": ref.params,

@@ -90,7 +90,9 @@ def guarded_ratio(logprobs_T: Tensor, anchor_logprobs_T: Tensor, guard: LogRatio
         return torch.exp(log_ratio_T.clamp(-LOG_RATIO_MAX, LOG_RATIO_MAX))
     if guard == "none":
         return torch.exp(log_ratio_T)
-    raise ValueError(f"log_ratio_guard={guard!r}: expected one of {', '.join(get_args(LogRatioGuard))}")
+    raise ValueError(
+        f"log_ratio_guard={guard!r}: expected one of {', '.join(get_args(LogRatioGuard))}"
+    )
 
 
 def trust_region(

@@ -59,7 +59,7 @@ class Framework:
     name: str
     repo: str
     functions: tuple[str, ...]
-    resolve: Callable[[Revision, Mapping[str, Any]], Any]  # -> ResolvedReference
+    resolve: Callable[[Revision, dict[str, Any], str], Any]  # (rev, defaults, origin) -> ref
     call_reference: Callable[..., dict[str, Any]]  # executed inside pinned_runner.py
     losslab_config: Callable[[Any], LosslabConfig]  # ResolvedReference -> config
     value_convention: str  # "logprob" (-A*sg(w)*M*logp) or "surrogate" (the ratio form)
@@ -78,7 +78,13 @@ class Framework:
         """Effective config defaults and where they came from (the pinned commit, or the
         values recorded at `recorded_commit` when no source is available)."""
         if files is not None and self.read_defaults is not None:
-            return self.read_defaults(files), f"read from {self.repo}@{files.commit[:8]}"
+            try:
+                return self.read_defaults(files), f"read from {self.repo}@{files.commit[:8]}"
+            except RevisionError as err:
+                return dict(self.recorded_defaults), (
+                    f"recorded from {self.repo}@{self.recorded_commit[:8]}; the executed "
+                    f"commit has none ({err})"
+                )
         return dict(self.recorded_defaults), (
             f"recorded from {self.repo}@{self.recorded_commit[:8]} (source not read)"
         )

@@ -45,8 +45,10 @@ def losslab_config(ref: Any, fixture: Any = None) -> LosslabConfig:
             "ppo",
             params,
             {},
-            ("losslab's ppo guards l - l_s at 20 (straight through); Spindle has no guard, so "
-             "the two differ only where l - l_s > 20",),
+            (
+                "losslab's ppo guards l - l_s at 20 (straight through); Spindle has no guard, so "
+                "the two differ only where l - l_s > 20",
+            ),
         )
     if name in ("cispo", "dro", "importance_sampling", "cross_entropy"):
         return LosslabConfig(name, dict(cfg), {})

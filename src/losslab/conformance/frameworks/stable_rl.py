@@ -70,8 +70,12 @@ def losslab_config(ref: Any, fixture: Any = None) -> LosslabConfig:
         return LosslabConfig(None, reason="; ".join(notes))
     c = p["clip_ratio_c"]
     value = {"surrogate": "logprob"}
-    if mode in ("dppo_binary_tv", "dppo_binary_tv_recompute", "dppo_binary_kl",
-                "dppo_binary_kl_recompute"):
+    if mode in (
+        "dppo_binary_tv",
+        "dppo_binary_tv_recompute",
+        "dppo_binary_kl",
+        "dppo_binary_kl_recompute",
+    ):
         loss = "dppo_binary_tv" if "tv" in mode else "dppo_binary_kl"
         params = {
             "low": p["clip_ratio_low"],
@@ -95,9 +99,7 @@ def losslab_config(ref: Any, fixture: Any = None) -> LosslabConfig:
         }
         return LosslabConfig("ppo", params, value, tuple(notes))
     if mode == "pg_no_mask":
-        return LosslabConfig(
-            "importance_sampling", {"clip_ratio_c": c, **red}, value, tuple(notes)
-        )
+        return LosslabConfig("importance_sampling", {"clip_ratio_c": c, **red}, value, tuple(notes))
     return LosslabConfig(
         None,
         reason=f"Stable-RL loss_mode {mode!r} (a paper ablation or the ratio against recomputed "

@@ -90,7 +90,9 @@ def resolve(revision: Any, defaults: dict[str, Any], origin: str) -> Any:
     if info is None:
         info = dict(TINKER_SUM_BATCH_INFO) if agg == "token-mean" else {}
     if not isinstance(info, Mapping):
-        raise RevisionError(f"revision {revision.text!r}: global_batch_info = {info!r}; expected a dict")
+        raise RevisionError(
+            f"revision {revision.text!r}: global_batch_info = {info!r}; expected a dict"
+        )
     if not isinstance(eff["bypass_mode"], bool):
         raise RevisionError(
             f"revision {revision.text!r}: bypass_mode = {eff['bypass_mode']!r}; expected True/False"
