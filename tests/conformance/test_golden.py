@@ -20,7 +20,10 @@ def test_team_golden_file_passes_every_output(golden_tinker_ppo_dppo: Path) -> N
     assert report.passed and report.generator_reproduces
     assert len(report.outputs) == 11
     by_name = {o.name: o for o in report.outputs}
-    assert by_name["spindle_dppo_default_tv0.1"].reference == "spindle dppo"
+    # checked against losslab.losses configured like Spindle (one tau, no cap, no guard)
+    assert by_name["spindle_dppo_default_tv0.1"].reference.startswith(
+        "spindle dppo vs losslab.losses dppo_binary_tv(low=0.1, high=0.1,"
+    )
     assert by_name["stable_rl_dppo_binary_tv"].count_golden == 151
 
 
