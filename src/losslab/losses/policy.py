@@ -11,9 +11,10 @@ convention, see `reductions.py`). Conventions shared by all losses:
   Stable-RL), so r ≤ e^20 ≈ 4.9e8 and never overflows float32. The clamp bounds the VALUE only;
   the gradient passes straight through (dr/dℓ = r), so both surrogates keep the same gradient
   −A·min(r, c)·M for any log-ratio. There is no lower clamp: e^x underflows harmlessly to 0.
-* The importance ratio r is always taken against the SAMPLER log-probs, the policy that drew
-  the tokens; DPPO's `anchor` only chooses the trust region's reference (Stable-RL: "w is always
-  taken against the rollout log-prob, even in the *_recompute modes").
+* The importance ratio r is taken against the SAMPLER log-probs, the policy that drew the
+  tokens; DPPO's `anchor` only chooses the trust region's reference (Stable-RL: "w is always
+  taken against the rollout log-prob, even in the *_recompute modes"). `weight_anchor` exists
+  only to reproduce verl's non-bypass `dppo_tv`, which takes the weight against old too.
 * Inputs at masked positions are replaced by 0 with `torch.where` before anything is computed,
   so NaN/inf there never reach the loss or the gradient; an all-masked batch gives loss 0 and a
   zero gradient for every datum's log-probs.
