@@ -307,7 +307,10 @@ def golden_make(
     ),
     out: str = typer.Option(..., "--out", "-o", help="The golden file to write."),
     source: list[str] | None = typer.Option(
-        None, "--source", help="owner/repo=PATH checkout to execute the pinned source from."
+        None,
+        "--source",
+        help="owner/repo=PATH checkout to execute the pinned source from (default: the pinned "
+        "commit fetched into losslab's cache).",
     ),
     seed: int = typer.Option(0, help="Fixture seed (the other generator parameters: set A)."),
     stress: bool = typer.Option(
@@ -316,7 +319,8 @@ def golden_make(
     rederive: bool = typer.Option(
         False,
         "--rederive",
-        help="For a revision without --source, write losslab's re-derivation (labelled so).",
+        help="Where the pinned source cannot be had (no --source, fetch failed), write "
+        "losslab's re-derivation (labelled so).",
     ),
 ) -> None:
     """Write a golden file with one output per --revision, computed by executing the pinned

@@ -101,7 +101,7 @@ def test_make_without_source_needs_explicit_rederivation(tmp_path: Path) -> None
         "sail-sg/Stable-RL@c6af1d119c0fe30d16dd9a837d35fdf695acd226:verl/trainer/ppo/"
         "core_algos.py::compute_policy_loss_with_mask(loss_mode='dppo_binary_kl', clip_ratio=0.05)"
     )
-    with pytest.raises(ValueError, match="no --source for sail-sg/Stable-RL"):
+    with pytest.raises(ValueError, match="no --source for sail-sg/Stable-RL and its pinned source"):
         make_golden([rev], {}, tmp_path / "x.json", spec=SMALL)
     data = make_golden([rev], {}, tmp_path / "x.json", spec=SMALL, allow_rederivation=True)
     assert data["outputs"]["stable_rl_dppo_binary_kl"]["reference"]["kind"] == "rederivation"

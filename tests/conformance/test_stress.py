@@ -97,3 +97,26 @@ def test_each_mutation_fails_and_is_classified(
     # c = inf and the recomputed anchor pass on set A (no r > c, old = sampler): blind there
     assert set_a_ok is set_a_blind
     assert fix in path["stress"]["classification"]["summary"]
+
+
+def test_classifier_names_the_config_default_cap() -> None:
+    # a reference run with verl's/Stable-RL's ActorConfig cap (c = 3.0) against ours at c = 10
+    from losslab.conformance.classify import classify
+    from losslab.conformance.metrics import Tolerance
+    from losslab.conformance.references import rederive, resolve_reference
+    from losslab.plan import parse_revision
+
+    fx = generate_fixture(stress_spec())
+    rev = parse_revision(
+        "sail-sg/Stable-RL@c6af1d119c0fe30d16dd9a837d35fdf695acd226:verl/trainer/ppo/"
+        "core_algos.py::compute_policy_loss_with_mask(loss_mode='dppo_binary_tv', "
+        "clip_ratio=0.15, clip_ratio_c=3.0)"
+    )
+    ref = rederive(resolve_reference(rev), fx)
+    ours = get_loss("dppo_binary_tv", low=0.15, high=0.15, clip_ratio_c=10.0)
+    value = get_loss("dppo_binary_tv", low=0.15, high=0.15, clip_ratio_c=10.0, surrogate="logprob")
+    tol = Tolerance(atol=1e-5, rtol=1e-3, min_cosine=0.9999)
+    verdict = classify(ours, value, ref, fx, {"loss": Tolerance(1e-5, 1e-4), "gradient": tol})
+    assert [m["summary"] for m in verdict["matches"]] == [
+        "matches if clip_ratio_c = 3.0: verl and Stable-RL ActorConfig default"
+    ]

@@ -427,6 +427,31 @@ def _output_entry(
     }
 
 
+def _fetched_or_rederived(
+    ref: ResolvedReference, fixture: Fixture, text: str, allow_rederivation: bool, offline: bool
+) -> ReferenceResult:
+    """The pinned commit fetched into the cache and executed; else, only when allowed,
+    losslab's re-derivation (labelled)."""
+    from losslab.conformance.fetch import FetchError, fetch_pinned
+
+    reason = ref.framework.unfetchable_reason
+    if ref.framework.fetchable:
+        try:
+            files = fetch_pinned(ref.revision, offline=offline)
+        except FetchError as err:
+            reason = str(err)
+        else:
+            return run_pinned(ref, files, fixture)
+    if not allow_rederivation or ref.framework.rederive is None:
+        raise RevisionError(
+            f"revision {text!r}: no --source for {ref.revision.repo} and its pinned source "
+            f"cannot be had ({reason}); name a checkout (or allow the re-derivation explicitly)"
+        )
+    result = rederive(ref, fixture)
+    result.source["fallback_reason"] = reason
+    return result
+
+
 def make_golden(
     revisions: Sequence[str],
     sources: Mapping[str, Path],
@@ -434,17 +459,20 @@ def make_golden(
     spec: FixtureSpec | None = None,
     allow_rederivation: bool = False,
     names: Sequence[str] | None = None,
+    offline: bool = False,
 ) -> dict[str, Any]:
     """Write a golden file with one output per revision, computed from pinned source.
 
     Args:
         revisions: revision strings (`owner/repo@commit:path::function(kw=value, ...)`).
-        sources: {"owner/repo": checkout} to execute pinned source from.
+        sources: {"owner/repo": checkout} to execute pinned source from; a repo not named here
+            has its pinned commit fetched into losslab's cache (`losslab.conformance.fetch`).
         out: the file to write (atomically).
         spec: fixture generator parameters (default: set A).
-        allow_rederivation: for a revision whose repo has no source, write losslab's
+        allow_rederivation: where the pinned source cannot be had, write losslab's
             re-derivation instead (labelled `kind: rederivation`) rather than failing.
         names: output names (default `<repo name>_<loss>`).
+        offline: never fetch (cached commits are still used).
     """
     fixture = generate_fixture(spec)
     outputs: dict[str, Any] = {}
@@ -457,13 +485,8 @@ def make_golden(
         if checkout is not None:
             result = run_pinned(ref, Path(checkout), fixture)
             ref = result.resolved or ref
-        elif allow_rederivation:
-            result = rederive(ref, fixture)
         else:
-            raise RevisionError(
-                f"revision {text!r}: no --source for {ref.revision.repo}; name a "
-                "checkout (or allow the re-derivation explicitly)"
-            )
+            result = _fetched_or_rederived(ref, fixture, text, allow_rederivation, offline)
         name = (
             names[i]
             if names
