@@ -100,3 +100,19 @@ def test_preflight_without_source_or_network_refuses(tmp_path: Path) -> None:
     summary = rep["provenance"]["reference"]["summary"]
     assert summary.startswith("losslab re-derivation, pinned source NOT executed")
     assert "could not fetch commit c6af1d119c0fe30d16dd9a837d35fdf695acd226" in summary
+
+
+def test_partial_clone_reads_files_lazily(ref_repo: RefRepo, tmp_path: Path) -> None:
+    from losslab.conformance.pinned import PinnedSourceError
+
+    remote = _copy_remote(ref_repo, tmp_path)
+    cache = tmp_path / "cache"
+    rev = parse_revision(_stable_rl(ref_repo.good))
+    files = fetch_pinned(rev, cache=cache, remote=f"file://{remote}")
+    assert files.read(VERL_PATH) is not None  # fetched on first read, kept in the cache
+    shutil.rmtree(remote)
+    offline = fetch_pinned(rev, cache=cache, offline=True)
+    assert offline.read(VERL_PATH) is not None
+    assert offline.read("no/such/file.py") is None  # not in the tree: None, as before
+    with pytest.raises(PinnedSourceError, match="is in commit .* but its content cannot be read"):
+        offline.read("net/core.py")  # in the tree, never read, remote gone

@@ -2,9 +2,11 @@
 
 `fetch_pinned(revision)` makes (once) a bare repository under `cache_root()` (the user's cache
 dir: $LOSSLAB_CACHE_DIR, else $XDG_CACHE_HOME/losslab/sources, else ~/.cache/losslab/sources),
-fetches exactly the pinned commit (`git fetch --depth 1 origin <commit>`; a server that refuses
-fetching by id gets one full fetch of its branches instead), and checks that the commit is
-there under its full id before returning `GitFiles` for it. A commit already in the cache is
+fetches exactly the pinned commit as a partial clone (`git fetch --depth 1 --filter=blob:none
+origin <commit>`: the commit and its trees, each file's content when it is first read; then
+without the filter, then, for a server that refuses fetching by id, one fetch of its branches),
+and checks that the commit is there under its full id before returning `GitFiles` for it.
+Files read once stay in the cache; reading a file never read before needs the remote again. A commit already in the cache is
 used without touching the network. Offline without a cached copy is a `FetchError` that says
 how to proceed (network once, `--source`, or `--allow-rederivation`).
 
@@ -23,6 +25,7 @@ from losslab.conformance.pinned import GitFiles, PinnedSourceError
 from losslab.plan import Revision
 
 FETCH_TIMEOUT_S = 600.0
+LOCAL_UPLOAD_PACK = "git -c uploadpack.allowFilter=true upload-pack"
 
 
 class FetchError(PinnedSourceError):
@@ -95,9 +98,19 @@ def fetch_pinned(
                 raise FetchError(f"{where}: git init {git_dir} failed: {init.stderr.strip()}")
         _git(git_dir, "remote", "remove", "origin")
         _git(git_dir, "remote", "add", "origin", url)
+        # a partial clone: the commit and its trees now, each file's blob when it is first read
+        # (losslab reads a handful of files); the cache's remote is a promisor for the rest
+        _git(git_dir, "config", "remote.origin.promisor", "true")
+        _git(git_dir, "config", "remote.origin.partialclonefilter", "blob:none")
+        if url.startswith("file://") or "://" not in url:
+            # a local remote's upload-pack runs here: let it honour the filter
+            _git(git_dir, "config", "remote.origin.uploadpack", LOCAL_UPLOAD_PACK)
         errors = []
-        attempts = [["fetch", "--quiet", "--depth", "1", "origin", revision.commit]]
-        attempts.append(["fetch", "--quiet", "origin", "+refs/heads/*:refs/remotes/origin/*"])
+        attempts = [
+            ["fetch", "--quiet", "--depth", "1", "--filter=blob:none", "origin", revision.commit],
+            ["fetch", "--quiet", "--depth", "1", "origin", revision.commit],
+            ["fetch", "--quiet", "origin", "+refs/heads/*:refs/remotes/origin/*"],
+        ]
         for args in attempts:
             try:
                 res = _git(git_dir, *args, timeout=FETCH_TIMEOUT_S)

@@ -134,9 +134,21 @@ class GitFiles:
         self.commit = found.stdout.decode().strip()
 
     def read(self, path: str) -> str | None:
+        """The file's text at the commit, None when the path is not in the commit's tree."""
         if path not in self._cache:
             res = _git(self.checkout, "show", f"{self.commit}:{path}")
-            self._cache[path] = res.stdout.decode("utf-8") if res.returncode == 0 else None
+            if res.returncode == 0:
+                self._cache[path] = res.stdout.decode("utf-8")
+            else:
+                listed = _git(self.checkout, "ls-tree", "--name-only", self.commit, "--", path)
+                if listed.returncode == 0 and listed.stdout.strip():
+                    # in the tree but unreadable: a partial clone whose remote is unreachable
+                    raise PinnedSourceError(
+                        f"revision {self.revision.text!r}: {path} is in commit "
+                        f"{self.commit[:12]} but its content cannot be read from "
+                        f"{self.checkout} ({res.stderr.decode(errors='replace').strip()})"
+                    )
+                self._cache[path] = None
         return self._cache[path]
 
     def module_path(self, dotted: str) -> str | None:
