@@ -66,6 +66,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 def test_registry_has_the_five_frameworks() -> None:
     assert set(registry()) == {"stable_rl", "verl", "skyrl", "prime_rl", "spindle"}
     assert framework_for("NovaSky-AI/SkyRL", "dppo_policy_loss").name == "skyrl"
+    assert framework_for("verl-project/verl", "compute_policy_loss_dppo_kl").name == "verl"
     with pytest.raises(
         RevisionError,
         match="no known reference for a/b::f; losslab knows .*"

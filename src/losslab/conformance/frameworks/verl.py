@@ -1,4 +1,4 @@
-"""verl-project/verl `compute_policy_loss_dppo_tv` (verl's own DPPO-Binary-TV, `dppo_tv`).
+"""verl-project/verl `compute_policy_loss_dppo_tv` / `_dppo_kl` (verl's own DPPO-Binary-TV/KL).
 
 Layout: zero-padded [B, T] rows; the function sees only `old_log_prob` and takes BOTH the mask
 and the importance weight against it (core_algos.py at 1dda039b, lines 1412-1428). verl's
@@ -98,7 +98,7 @@ def resolve(revision: Any, defaults: dict[str, Any], origin: str) -> Any:
             f"revision {revision.text!r}: bypass_mode = {eff['bypass_mode']!r}; expected True/False"
         )
     params = {
-        "loss_mode": "dppo_tv",
+        "loss_mode": "dppo_kl" if revision.function.endswith("_kl") else "dppo_tv",
         "clip_ratio": _number(revision, "clip_ratio", eff["clip_ratio"]),
         "clip_ratio_low": _number(revision, "clip_ratio_low", eff["clip_ratio_low"]),
         "clip_ratio_high": _number(revision, "clip_ratio_high", eff["clip_ratio_high"]),
@@ -137,7 +137,8 @@ def losslab_config(ref: Any, fixture: Any = None) -> LosslabConfig:
         "zero_adv": "negative",
         **red,
     }
-    return LosslabConfig("dppo_binary_tv", params, {"surrogate": "logprob"}, tuple(notes))
+    loss = "dppo_binary_kl" if p["loss_mode"] == "dppo_kl" else "dppo_binary_tv"
+    return LosslabConfig(loss, params, {"surrogate": "logprob"}, tuple(notes))
 
 
 def call_reference(fn: Any, payload: dict[str, Any], space: dict[str, Any], rt: Any) -> dict:
@@ -182,7 +183,7 @@ def call_reference(fn: Any, payload: dict[str, Any], space: dict[str, Any], rt: 
 FRAMEWORK = Framework(
     name="verl",
     repo=REPO,
-    functions=("compute_policy_loss_dppo_tv",),
+    functions=("compute_policy_loss_dppo_tv", "compute_policy_loss_dppo_kl"),
     resolve=resolve,
     call_reference=call_reference,
     losslab_config=losslab_config,
