@@ -1,6 +1,7 @@
-"""Run a reference's pinned source from a local checkout the user names.
+"""Run a reference's pinned source from a git checkout or losslab's fetched cache.
 
-`--source owner/repo=PATH` points at a git work tree or a bare git directory. For a revision
+The git directory is a checkout the user names (`--source owner/repo=PATH`, a work tree or a
+bare git directory) or the cache `losslab.conformance.fetch` fetched the commit into. For a revision
 `owner/repo@commit:path::function(...)` we read the file at that commit with `git show`, extract
 the function plus the module-level definitions it uses with `ast` (following imports into other
 files of the same repository at the same commit), and execute only those definitions, unchanged,
@@ -10,8 +11,8 @@ passed through a temporary JSON file. The framework adapter
 reference's. The extractor follows `from x import *`, drops function decorators (they register
 or wrap) and binds the heavy/type-only modules of `STUB_MODULES` to inert stubs.
 
-Nothing runs unless the user named the checkout; nothing from the checkout is written anywhere
-except the temporary directory of one run.
+Only the extracted definitions of the pinned commit run; nothing from the source is written
+anywhere except the temporary directory of one run (and the fetched objects in the cache).
 """
 
 from __future__ import annotations
