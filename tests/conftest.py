@@ -24,3 +24,17 @@ def golden_tinker_ppo_dppo(shared_dir: Path) -> Path:
     if not path.is_file():
         pytest.skip(f"golden file {path} is absent")
     return path
+
+
+@pytest.fixture(autouse=True)
+def _pinned_sources_never_from_the_network(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tests never fetch pinned sources from the network: the source cache is a fresh folder
+    and the remote a local path that does not exist, so a fetch fails at once (tests of the
+    fetch path create their own file:// remotes)."""
+    monkeypatch.setenv("LOSSLAB_CACHE_DIR", str(tmp_path_factory.mktemp("source-cache")))
+    monkeypatch.setenv(
+        "LOSSLAB_SOURCE_REMOTE",
+        str(tmp_path_factory.getbasetemp() / "no-remote" / "{owner}+{name}"),
+    )

@@ -144,14 +144,20 @@ def _parse_sources_or_exit(source: list[str] | None) -> dict:
         raise typer.Exit(2) from None
 
 
+_ALLOW_REDERIVATION_HELP = (
+    "Where a pinned source cannot be had (offline and not cached, fetch failed), compare "
+    "against losslab's re-derivation instead of failing; labelled 'pinned source NOT executed'."
+)
+
+
 @app.command()
 def preflight(
     plan_file: str = typer.Argument(..., help="The plan JSON file (correctness_preflight.paths)."),
     source: list[str] | None = typer.Option(
         None,
         "--source",
-        help="owner/repo=PATH: a git checkout (or bare git dir) whose pinned source may be "
-        "executed; repeatable. Without it the reference is losslab's re-derivation.",
+        help="owner/repo=PATH: a git checkout (or bare git dir) to execute the pinned source "
+        "from instead of fetching it; repeatable.",
     ),
     out: str | None = typer.Option(None, "--out", "-o", help="Write the JSON report here."),
     strict_sources: bool = typer.Option(
@@ -160,9 +166,17 @@ def preflight(
         help="Fail (exit 2) instead of falling back to the re-derivation when a named checkout "
         "lacks the pinned commit or its function cannot be extracted or run.",
     ),
+    allow_rederivation: bool = typer.Option(
+        False, "--allow-rederivation", help=_ALLOW_REDERIVATION_HELP
+    ),
+    offline: bool = typer.Option(
+        False, "--offline", help="Never fetch: use --source checkouts and cached commits only."
+    ),
 ) -> None:
     """Check our baseline and treatment losses against the plan's pinned baseline and reference
-    revisions, in value and gradient, on a fixed fixture; exit 1 when any check fails."""
+    revisions, in value and gradient, on set A and on the stress fixture. The pinned commit is
+    fetched with git into losslab's cache unless --source names a checkout; exit 1 when any check
+    fails, 2 when a pinned source cannot be had (see --allow-rederivation)."""
     from losslab.conformance.pinned import PinnedSourceError
     from losslab.conformance.preflight import PreflightError, run_preflight, write_report
     from losslab.conformance.render import render_preflight
@@ -170,7 +184,13 @@ def preflight(
 
     sources = _parse_sources_or_exit(source)
     try:
-        result = run_preflight(plan_file, sources=sources, strict_sources=strict_sources)
+        result = run_preflight(
+            plan_file,
+            sources=sources,
+            strict_sources=strict_sources,
+            allow_rederivation=allow_rederivation,
+            offline=offline,
+        )
     except PlanError as exc:
         typer.echo(f"error: plan {plan_file} is not valid:\n{exc}", err=True)
         raise typer.Exit(2) from None
@@ -181,6 +201,67 @@ def preflight(
     if out is not None:
         typer.echo(f"report: {write_report(result, out)}")
     raise typer.Exit(0 if result["passed"] else 1)
+
+
+@app.command()
+def crosscheck(
+    source: list[str] | None = typer.Option(
+        None, "--source", help="owner/repo=PATH checkout to execute instead of fetching."
+    ),
+    revision: list[str] | None = typer.Option(
+        None,
+        "--revision",
+        "-r",
+        help="NAME=owner/repo@commit:path::function(...); repeatable (default: every "
+        "registered framework's example revision plus convention variants).",
+    ),
+    fixture: str = typer.Option("stress", help="'stress' (default) or 'setA'."),
+    out: str | None = typer.Option(None, "--out", "-o", help="Write the matrix as JSON here."),
+    html_out: str | None = typer.Option(None, "--html", help="Write an HTML page here."),
+    allow_rederivation: bool = typer.Option(
+        False, "--allow-rederivation", help=_ALLOW_REDERIVATION_HELP
+    ),
+    offline: bool = typer.Option(False, "--offline", help="Never fetch."),
+) -> None:
+    """Run one fixture through every registered DPPO implementation (from pinned sources) and
+    losslab's matching configurations; print the pairwise matrix (tokens whose gradient differs
+    / gradient cosine) and write it as JSON and HTML."""
+    from losslab.conformance.crosscheck import crosscheck as run_crosscheck
+    from losslab.conformance.crosscheck import write_html
+    from losslab.conformance.fixtures import generate_fixture, stress_spec
+    from losslab.conformance.pinned import PinnedSourceError
+    from losslab.conformance.preflight import PreflightError, write_report
+    from losslab.conformance.render import render_crosscheck
+    from losslab.plan import RevisionError
+
+    sources = _parse_sources_or_exit(source)
+    if fixture not in ("stress", "setA"):
+        typer.echo(f"error: --fixture {fixture!r}; expected 'stress' or 'setA'", err=True)
+        raise typer.Exit(2)
+    revisions = None
+    if revision:
+        revisions = []
+        for item in revision:
+            name, sep, text = item.partition("=")
+            if not sep or "@" not in text:
+                typer.echo(
+                    f"error: --revision {item!r}: expected NAME=owner/repo@commit:...", err=True
+                )
+                raise typer.Exit(2)
+            revisions.append((name, text))
+    fx = generate_fixture(stress_spec() if fixture == "stress" else None)
+    try:
+        result = run_crosscheck(
+            revisions, fx, sources, allow_rederivation=allow_rederivation, offline=offline
+        )
+    except (PreflightError, PinnedSourceError, RevisionError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    render_crosscheck(result)
+    if out is not None:
+        typer.echo(f"json: {write_report(result, out)}")
+    if html_out is not None:
+        typer.echo(f"html: {write_html(result, html_out)}")
 
 
 golden_app = typer.Typer(
@@ -226,26 +307,34 @@ def golden_make(
     ),
     out: str = typer.Option(..., "--out", "-o", help="The golden file to write."),
     source: list[str] | None = typer.Option(
-        None, "--source", help="owner/repo=PATH checkout to execute the pinned source from."
+        None,
+        "--source",
+        help="owner/repo=PATH checkout to execute the pinned source from (default: the pinned "
+        "commit fetched into losslab's cache).",
     ),
     seed: int = typer.Option(0, help="Fixture seed (the other generator parameters: set A)."),
+    stress: bool = typer.Option(
+        False, "--stress", help="Use the stress fixture (old != sampler, r > c, |log r| > 20)."
+    ),
     rederive: bool = typer.Option(
         False,
         "--rederive",
-        help="For a revision without --source, write losslab's re-derivation (labelled so).",
+        help="Where the pinned source cannot be had (no --source, fetch failed), write "
+        "losslab's re-derivation (labelled so).",
     ),
 ) -> None:
     """Write a golden file with one output per --revision, computed by executing the pinned
     source from the named checkout, so references computed elsewhere can be carried along."""
-    from losslab.conformance.fixtures import FixtureSpec
+    import dataclasses
+
+    from losslab.conformance.fixtures import FixtureSpec, stress_spec
     from losslab.conformance.golden import make_golden
     from losslab.conformance.pinned import PinnedSourceError
 
     sources = _parse_sources_or_exit(source)
     try:
-        data = make_golden(
-            revision, sources, out, spec=FixtureSpec(seed=seed), allow_rederivation=rederive
-        )
+        spec = dataclasses.replace(stress_spec(), seed=seed) if stress else FixtureSpec(seed=seed)
+        data = make_golden(revision, sources, out, spec=spec, allow_rederivation=rederive)
     except (ValueError, PinnedSourceError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -18,8 +18,11 @@ runner = CliRunner()
 def test_preflight_passes_and_writes_report(tmp_path: Path) -> None:
     out = tmp_path / "report.json"
     res = runner.invoke(app, ["preflight", str(PLAN), "--out", str(out)])
+    assert res.exit_code == 2 and "--allow-rederivation" in res.output  # offline, no cache
+    res = runner.invoke(app, ["preflight", str(PLAN), "--allow-rederivation", "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert "reference_gradient" in res.output and "preflight passed" in res.output
+    assert "reference: losslab re-derivation, pinned source NOT executed" in res.output
     assert json.loads(out.read_text())["passed"] is True
 
 
@@ -31,7 +34,14 @@ def test_preflight_exits_1_on_a_failed_check(ref_repo: RefRepo, tmp_path: Path) 
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(plan))
     res = runner.invoke(
-        app, ["preflight", str(path), "--source", f"modal-projects/spindle={ref_repo.path}"]
+        app,
+        [
+            "preflight",
+            str(path),
+            "--source",
+            f"modal-projects/spindle={ref_repo.path}",
+            "--allow-rederivation",
+        ],
     )
     assert res.exit_code == 1, res.output
     assert "FAIL" in res.output and "pinned source executed" in res.output

@@ -16,7 +16,7 @@ PLAN = Path(__file__).resolve().parents[2] / "examples" / "gsm8k_dppo_vs_grpo.js
 
 @pytest.fixture(scope="module")
 def report() -> dict:
-    return run_preflight(PLAN)
+    return run_preflight(PLAN, allow_rederivation=True)
 
 
 def test_user_plan_passes_with_rederivations(report: dict) -> None:
@@ -108,7 +108,9 @@ def test_broken_pinned_commit_fails_the_preflight(ref_repo: RefRepo, tmp_path: P
         f"modal-projects/spindle@{ref_repo.broken}:{SPINDLE_PATH}::_loss(loss_name='ppo', clip 0.8/1.2)",
         json.loads(PLAN.read_text())["correctness_preflight"]["paths"][0]["reference_revision"],
     )
-    rep = run_preflight(plan, sources={"modal-projects/spindle": ref_repo.path})
+    rep = run_preflight(
+        plan, sources={"modal-projects/spindle": ref_repo.path}, allow_rederivation=True
+    )
     checks = rep["paths"][0]["checks"]
     assert not rep["passed"] and not checks["baseline_loss"]["passed"]
     assert checks["reference_loss"]["passed"]
@@ -116,12 +118,19 @@ def test_broken_pinned_commit_fails_the_preflight(ref_repo: RefRepo, tmp_path: P
 
 def test_missing_commit_falls_back_or_fails_when_strict(ref_repo: RefRepo) -> None:
     # the user's plan pins spindle@e58ebef1, which the test repository does not have
-    rep = run_preflight(PLAN, sources={"modal-projects/spindle": ref_repo.path})
+    rep = run_preflight(
+        PLAN, sources={"modal-projects/spindle": ref_repo.path}, allow_rederivation=True
+    )
     src = rep["paths"][0]["reference_sources"]["baseline"]
     assert src["kind"] == "rederivation" and "does not exist" in src["fallback_reason"]
     assert src["label"].startswith("FALLBACK")
     with pytest.raises(PreflightError, match="e58ebef1.*does not exist"):
-        run_preflight(PLAN, sources={"modal-projects/spindle": ref_repo.path}, strict_sources=True)
+        run_preflight(
+            PLAN,
+            sources={"modal-projects/spindle": ref_repo.path},
+            strict_sources=True,
+            allow_rederivation=True,
+        )
 
 
 def test_unknown_reference_is_a_clear_error(tmp_path: Path) -> None:

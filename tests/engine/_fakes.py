@@ -142,7 +142,7 @@ def tv_mask_loss(delta: float = 0.1):
     """-r A with tokens masked where (p - q) exceeds delta in the direction A pushes."""
 
     def loss_fn(data, logprobs_list):
-        total, masked, n = 0.0, 0, 0
+        total, masked, n, n_live = 0.0, 0, 0, 0
         for lp, q, a, m in _token_tensors(data, logprobs_list):
             r = torch.exp(lp - q)
             dp = torch.exp(lp) - torch.exp(q)
@@ -151,6 +151,10 @@ def tv_mask_loss(delta: float = 0.1):
             total = total - (r * a * keep).sum() + 0.0 * lp.sum()
             masked += int((drop & m).sum())
             n += int(m.sum())
-        return total, {"loss/clip_fraction": masked / n}
+            n_live += int((m & (a != 0)).sum())
+        return total, {
+            "loss/clip_fraction": masked / n,
+            "dppo/mask_fraction_nonzero_adv": masked / max(n_live, 1),  # drop needs A != 0
+        }
 
     return loss_fn

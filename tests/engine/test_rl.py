@@ -278,7 +278,11 @@ def test_pilot_metrics_on_hand_built_case(tmp_path):
 
 
 def test_pilot_metrics_flags_inconsistent_updates_and_missing_baseline():
-    base = {"update2/loss/clip_fraction": 0.1, "update2/policy/drift_vs_sampler_q90": 0.01}
+    base = {
+        "update2/loss/clip_fraction": 0.1,
+        "update2/dppo/mask_fraction_nonzero_adv": 0.1,
+        "update2/policy/drift_vs_sampler_q90": 0.01,
+    }
     steps = [
         {
             **base,

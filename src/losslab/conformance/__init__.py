@@ -2,21 +2,31 @@
 
 ```python
 from losslab.conformance import run_preflight, check_golden, generate_fixture, compare
-report = run_preflight("examples/gsm8k_dppo_vs_grpo.json")            # re-derivations
-report = run_preflight(plan, sources={"sail-sg/Stable-RL": "/src/Stable-RL"})  # pinned source
+report = run_preflight("examples/gsm8k_dppo_vs_grpo.json")   # pinned source, fetched + cached
+report = run_preflight(plan, sources={"sail-sg/Stable-RL": "/src/Stable-RL"})  # a checkout
+report = run_preflight(plan, allow_rederivation=True)  # offline: labelled re-derivation
+report["provenance"]["reference"]["summary"]   # "executed pinned source <repo>@<commit> (...)"
 check_golden("tinker_ppo_and_dppo_seed0.json").passed
+matrix = crosscheck()                          # every registered DPPO implementation, pairwise
 ```
+
+Frameworks (one adapter module each) live in `frameworks/`; adding one is one file.
 
 Module conformance of objective libraries (`losslab conform`) lives in `modules.py`.
 """
 
 # --- loss preflight, pinned references, golden files ---
+from losslab.conformance.classify import classify  # noqa: F401
+from losslab.conformance.crosscheck import crosscheck  # noqa: F401
+from losslab.conformance.fetch import FetchError, fetch_pinned  # noqa: F401
 from losslab.conformance.fixtures import (  # noqa: F401
     Fixture,
     FixtureSequence,
     FixtureSpec,
     generate_fixture,
+    stress_spec,
 )
+from losslab.conformance.frameworks import Framework, LosslabConfig, registry  # noqa: F401
 from losslab.conformance.golden import (  # noqa: F401
     GoldenFileError,
     GoldenReport,

@@ -44,6 +44,7 @@ class ExtremeToken:
     pos: int
     sampler_logprob: float | None = None
     current_logprob: float | None = None
+    old_logprob: float | None = None  # only when the spec draws old log-probs
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,12 @@ class FixtureSpec:
         mixture_weights, mixture_scales: sampler log-prob = -scale_c * Exp(1), c ~ weights.
         logprob_floor: lower cap of sampler log-probs.
         extreme_tokens: tokens overwritten after generation.
+        old_noise_sd: > 0 adds recomputed "old" log-probs = sampler + N(0, old_noise_sd) on
+            response tokens (capped at 0; = sampler on prompt positions), drawn from
+            `default_rng(old_seed)` after everything else, so old != sampler and the
+            anchor conventions separate. 0 (default): no old log-probs (old = sampler).
+        old_seed: seed of the old log-prob draws.
+        masked_seq_idx: a sequence whose loss mask is all zero (None: none).
     """
 
     seed: int = 0
@@ -76,6 +83,9 @@ class FixtureSpec:
     mixture_scales: tuple[float, ...] = (0.3, 1.0, 4.0)
     logprob_floor: float = -30.0
     extreme_tokens: tuple[ExtremeToken, ...] = field(default_factory=tuple)
+    old_noise_sd: float = 0.0
+    old_seed: int = 1
+    masked_seq_idx: int | None = None
 
     def __post_init__(self) -> None:
         def bad(name: str, expected: str) -> ValueError:
@@ -101,6 +111,14 @@ class FixtureSpec:
             raise bad("noise_sd", "a finite number >= 0")
         if self.zero_adv_idx is not None and not 0 <= self.zero_adv_idx < self.n_seq:
             raise bad("zero_adv_idx", f"None or an index in [0, {self.n_seq})")
+        if self.masked_seq_idx is not None and not 0 <= self.masked_seq_idx < self.n_seq:
+            raise bad("masked_seq_idx", f"None or an index in [0, {self.n_seq})")
+        if not (
+            isinstance(self.old_noise_sd, (int, float))
+            and math.isfinite(self.old_noise_sd)
+            and self.old_noise_sd >= 0
+        ):
+            raise bad("old_noise_sd", "a finite number >= 0")
         if len(self.mixture_weights) != len(self.mixture_scales) or not self.mixture_weights:
             raise bad("mixture_weights", "as many weights as mixture_scales")
         if abs(sum(self.mixture_weights) - 1.0) > 1e-9:
@@ -134,9 +152,15 @@ class FixtureSpec:
 
     def to_generator_block(self) -> dict[str, Any]:
         block = asdict(self)
+        for key, default in (("old_noise_sd", 0.0), ("old_seed", 1), ("masked_seq_idx", None)):
+            if block[key] == default:  # set A's block stays as the team's golden file has it
+                del block[key]
         block["mixture_weights"] = list(self.mixture_weights)
         block["mixture_scales"] = list(self.mixture_scales)
-        block["extreme_tokens"] = [asdict(t) for t in self.extreme_tokens]
+        block["extreme_tokens"] = [
+            {k: v for k, v in asdict(t).items() if v is not None or k != "old_logprob"}
+            for t in self.extreme_tokens
+        ]
         block["rng"] = (
             "numpy.random.default_rng(seed) (PCG64); draws in this order: lengths, "
             "prompt lengths, then per sequence i=0..n-1 (each over the full length "
@@ -155,6 +179,7 @@ class FixtureSequence:
     loss_mask: np.ndarray
     advantage: float  # float32 value, broadcast over loss-mask tokens
     prompt_length: int
+    old_logprobs: np.ndarray | None = None  # recomputed old log-probs; None: old = sampler
 
     @property
     def advantages(self) -> np.ndarray:
@@ -174,18 +199,21 @@ class Fixture:
 
     def to_json_dict(self) -> dict[str, Any]:
         """The canonical JSON form: per-sequence lists of float32 values as Python floats."""
+        rows = []
+        for s in self.sequences:
+            row: dict[str, Any] = {
+                "sampler_logprobs": [float(x) for x in s.sampler_logprobs],
+                "current_logprobs": [float(x) for x in s.current_logprobs],
+                "loss_mask": [float(x) for x in s.loss_mask],
+                "advantage": float(s.advantage),
+                "prompt_length": int(s.prompt_length),
+            }
+            if s.old_logprobs is not None:
+                row["old_logprobs"] = [float(x) for x in s.old_logprobs]
+            rows.append(row)
         return {
             "generator": self.spec.to_generator_block() if self.spec is not None else None,
-            "sequences": [
-                {
-                    "sampler_logprobs": [float(x) for x in s.sampler_logprobs],
-                    "current_logprobs": [float(x) for x in s.current_logprobs],
-                    "loss_mask": [float(x) for x in s.loss_mask],
-                    "advantage": float(s.advantage),
-                    "prompt_length": int(s.prompt_length),
-                }
-                for s in self.sequences
-            ],
+            "sequences": rows,
         }
 
     def canonical_json(self) -> str:
@@ -210,6 +238,12 @@ class Fixture:
             )
             if self.spec.zero_adv_idx is not None:
                 text += f"; sequence {self.spec.zero_adv_idx} has zero advantage"
+            if self.spec.masked_seq_idx is not None:
+                text += f"; sequence {self.spec.masked_seq_idx} is fully masked"
+            if self.spec.old_noise_sd:
+                text += f"; old logprobs = sampler + N(0,{self.spec.old_noise_sd})"
+            if self.spec.extreme_tokens:
+                text += f"; {len(self.spec.extreme_tokens)} injected extreme tokens"
         return text
 
     @classmethod
@@ -238,9 +272,17 @@ class Fixture:
             prompt = int(
                 seq.get("prompt_length", int(np.argmax(mask > 0)) if mask.any() else len(mask))
             )
+            old = None
+            if seq.get("old_logprobs") is not None:
+                old = np.asarray(seq["old_logprobs"], dtype=np.float32)
+                if old.shape != mask.shape:
+                    raise ValueError(
+                        f"{where}[{i}]: old_logprobs has {old.size} values, the sequence "
+                        f"has {mask.size}"
+                    )
             out.append(
                 FixtureSequence(
-                    arrays[0], arrays[1], mask, float(np.float32(seq["advantage"])), prompt
+                    arrays[0], arrays[1], mask, float(np.float32(seq["advantage"])), prompt, old
                 )
             )
         return cls(tuple(out), spec)
@@ -283,21 +325,62 @@ def generate_fixture(spec: FixtureSpec | None = None) -> Fixture:
             sampler[tok.pos] = np.float32(tok.sampler_logprob)
         if tok.current_logprob is not None:
             current[tok.pos] = np.float32(tok.current_logprob)
+    if spec.masked_seq_idx is not None:
+        sampler, current, mask, _ = rows[spec.masked_seq_idx]
+        rows[spec.masked_seq_idx] = (sampler, current, np.zeros_like(mask), len(mask))
+    olds: list[np.ndarray | None] = [None] * len(rows)
+    if spec.old_noise_sd:
+        old_rng = np.random.default_rng(spec.old_seed)
+        for i, (sampler, _, mask, _) in enumerate(rows):
+            noise = old_rng.normal(0.0, spec.old_noise_sd, size=len(sampler))
+            drawn = np.minimum(sampler.astype(np.float64) + noise, 0.0)
+            olds[i] = np.where(mask > 0, drawn, sampler).astype(np.float32)
+        for tok in spec.extreme_tokens:
+            if tok.old_logprob is not None:
+                olds[tok.seq][tok.pos] = np.float32(tok.old_logprob)  # type: ignore[index]
     sequences = tuple(
-        FixtureSequence(s, c, m, float(a), int(p))
-        for (s, c, m, p), a in zip(rows, advantages.tolist(), strict=True)
+        FixtureSequence(s, c, m, float(a), int(p), old)
+        for (s, c, m, p), a, old in zip(rows, advantages.tolist(), olds, strict=True)
     )
     return Fixture(sequences, spec)
+
+
+# (sampler -> current) log-prob pairs injected by the stress fixture, per team notes
+# dppo_implementations.md §2.2: r ~ 20 and r ~ 12 (above a cap of 10), log-ratio +22 and -22
+# (past every guard at 20), and +20.5 with p moving by 0.61 (masked for A > 0, kept for A < 0).
+STRESS_PAIRS = ((-8.0, -5.0), (-25.0, -3.0), (-3.0, -25.0), (-21.0, -0.5), (-6.0, -3.5))
+STRESS_FIRST_POS = 19  # response tokens of sequences 0 (A = +1.02) and 1 (A = -0.82) in set A
+
+
+def stress_spec() -> FixtureSpec:
+    """The stress fixture: set A, plus old = sampler + N(0, 0.3) (seed 1), the `STRESS_PAIRS`
+    injected into sequence 0 (A > 0) and sequence 1 (A < 0) from position 19, sequence 7 fully
+    masked and sequence 5 with zero advantage. On it a missing cap, a wrong anchor, a wrong
+    threshold and a sign error each change the gradient (tests/conformance/test_stress.py)."""
+    tokens = tuple(
+        ExtremeToken(seq, STRESS_FIRST_POS + k, sampler, current)
+        for seq in (0, 1)
+        for k, (sampler, current) in enumerate(STRESS_PAIRS)
+    )
+    return FixtureSpec(extreme_tokens=tokens, old_noise_sd=0.3, old_seed=1, masked_seq_idx=7)
 
 
 def token_tensors(
     fixture: Fixture, dtype: Any = None, requires_grad: bool = True
 ) -> dict[str, list]:
-    """Per-datum torch tensors (`logprobs_D`, `sampler_logprobs_D`, `advantages_D`, `mask_D`)."""
+    """Per-datum torch tensors (`logprobs_D`, `sampler_logprobs_D`, `advantages_D`, `mask_D`,
+    and `old_logprobs_D`: the recomputed old log-probs, the sampler's where a sequence has none)."""
     import torch
 
     dtype = dtype or torch.float32
     return {
+        # a fixture without old log-probs has old = sampler (set A)
+        "old_logprobs_D": [
+            torch.tensor(
+                s.sampler_logprobs if s.old_logprobs is None else s.old_logprobs, dtype=dtype
+            )
+            for s in fixture.sequences
+        ],
         "logprobs_D": [
             torch.tensor(s.current_logprobs, dtype=dtype).requires_grad_(requires_grad)
             for s in fixture.sequences

@@ -7,14 +7,17 @@ reference configuration: `params`, `loss`, `token_count`, `per_sequence_loss`,
 `grad_current_logprobs` (per datum, full length), clip/mask counts and `float64_check`
 (`loss_term_abs_sum_float64` is the scale for loss tolerances).
 
-`check_golden` recomputes each output with losslab's re-derivation of its reference and reports
-the loss error relative to `loss_term_abs_sum_float64`, the worst gradient error relative to
-max(1, |g|), and the clip/mask token sets that differ. `make_golden` writes such a file from
+`check_golden` recomputes each output with the `losslab.losses` configuration that matches its
+framework (`frameworks.<name>.losslab_config`; losslab's re-derivation only where no
+configuration can reproduce it, e.g. Stable-RL's ablation modes) and reports the loss error
+relative to `loss_term_abs_sum_float64`, the worst gradient error relative to max(1, |g|), and
+the clip/mask token sets that differ (inferred on both sides from exact-zero gradients). `make_golden` writes such a file from
 pinned source executed from a user's checkout (or, explicitly, from the re-derivation).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 from collections.abc import Mapping, Sequence
@@ -27,7 +30,9 @@ import torch
 
 from losslab.atomic import atomic_write_json
 from losslab.conformance.fixtures import Fixture, FixtureSpec, boundary_margins, generate_fixture
+from losslab.conformance.ours import config_losses, run_ours
 from losslab.conformance.pinned import run_pinned
+from losslab.conformance.provenance import provenance_of
 from losslab.conformance.references import (
     SPINDLE_LOSS_KEYS,
     SPINDLE_REPO,
@@ -119,10 +124,18 @@ def read_golden(path: str | Path) -> dict[str, Any]:
 
 
 def _revision_for(data: Mapping[str, Any], name: str, out: Mapping[str, Any]) -> Revision:
-    """Map one output to a Revision of a known reference (raises RevisionError when it can't)."""
+    """Map one output to a Revision of a registered framework (RevisionError when it can't)."""
+    from losslab.conformance.frameworks import registry
+
     params = dict(out.get("params") or {})
     ref_block = out.get("reference") if isinstance(out.get("reference"), Mapping) else None
     sources = data.get("reference") if isinstance(data.get("reference"), Mapping) else {}
+    if ref_block is not None and isinstance(ref_block.get("revision"), str):
+        text = ref_block["revision"].split(" [golden output")[0]
+        try:
+            return parse_revision(text)
+        except RevisionError as err:
+            raise RevisionError(f"output {name!r}: reference.revision: {err}") from None
     if ref_block is not None:
         repo, function = ref_block.get("repo"), ref_block.get("function")
         family = {SPINDLE_REPO: "spindle", STABLE_RL_REPO: "stable_rl"}.get(repo)
@@ -161,9 +174,10 @@ def _revision_for(data: Mapping[str, Any], name: str, out: Mapping[str, Any]) ->
             )
         kwargs = {k: v for k, v in params.items() if k in STABLE_RL_KEYS}
     else:
+        known = ", ".join(fw.repo for fw in registry().values())
         raise RevisionError(
-            f"output {name!r}: reference repo {repo!r} is not one losslab "
-            f"re-derives ({SPINDLE_REPO}, {STABLE_RL_REPO})"
+            f"output {name!r}: reference repo {repo!r} has no reference.revision and is not "
+            f"one losslab maps from params alone; registered frameworks: {known}"
         )
     commit = commit if isinstance(commit, str) and len(commit) >= 7 else "0" * 40
     return Revision(
@@ -174,6 +188,40 @@ def _revision_for(data: Mapping[str, Any], name: str, out: Mapping[str, Any]) ->
         function=function,
         kwargs=kwargs,
     )
+
+
+def _resolved_for(data: Mapping[str, Any], name: str, out: Mapping[str, Any]) -> ResolvedReference:
+    """The output's reference with the effective parameters it was computed with (the file's
+    `params`, which record the executed commit's config defaults) over the revision's own."""
+    ref = resolve_reference(_revision_for(data, name, out))
+    params = out.get("params")
+    if ref.family not in ("spindle", "stable_rl") and isinstance(params, Mapping):
+        ref = dataclasses.replace(ref, params={**ref.params, **dict(params)})
+    return ref
+
+
+def _ours(
+    ref: ResolvedReference, fixture: Fixture, dtype: torch.dtype
+) -> tuple[ReferenceResult, str]:
+    """Recompute an output: with the `losslab.losses` configuration matching its framework
+    (what the check is for), or, where no configuration can reproduce it, with losslab's
+    re-derivation of the reference (labelled)."""
+    fw = ref.framework
+    config = fw.losslab_config(ref, fixture)
+    if config.loss is not None:
+        trained, valued = config_losses(config)
+        value, _, _ = run_ours(valued, fixture, dtype)
+        _, grads, kept = run_ours(trained, fixture, dtype)
+        per_seq = [run_ours(valued, Fixture((seq,), None), dtype)[0] for seq in fixture.sequences]
+        blocked = [~k & (s.loss_mask != 0) for k, s in zip(kept, fixture.sequences, strict=True)]
+        result = ReferenceResult(value, per_seq, grads, blocked)
+        return result, f"losslab.losses {valued.spec}"
+    if fw.rederive is None:
+        raise ValueError(
+            f"{ref.revision.short}: no losslab configuration reproduces it ({config.reason}) "
+            "and losslab has no re-derivation of it"
+        )
+    return fw.rederive(ref, fixture, dtype), f"losslab re-derivation ({config.reason})"
 
 
 def _grad_rows(out: Mapping[str, Any], fixture: Fixture, name: str) -> list[np.ndarray]:
@@ -214,11 +262,11 @@ def check_output(
     """Recompute one golden output with losslab's re-derivation and compare."""
     out = data["outputs"][name]
     try:
-        ref = resolve_reference(_revision_for(data, name, out))
-        ours = rederive(ref, fixture, dtype)
+        ref = _resolved_for(data, name, out)
+        ours, checked_with = _ours(ref, fixture, dtype)
     except (RevisionError, ValueError) as err:
         return OutputCheck(name, False, error=f"cannot map: {err}")
-    label = f"{ref.revision.repo.split('/')[1]} {ref.loss_name}"
+    label = f"{ref.revision.repo.split('/')[1]} {ref.loss_name} vs {checked_with}"
     try:
         golden_grad = _grad_rows(out, fixture, name)
         golden_loss = float(out["loss"])
@@ -226,7 +274,7 @@ def check_output(
         return OutputCheck(name, False, label, error=f"malformed output: {err}")
     scale = (out.get("float64_check") or {}).get("loss_term_abs_sum_float64")
     if not isinstance(scale, (int, float)) or scale <= 0:
-        scale = loss_term_abs_sum(ref, fixture)  # same definition, computed here
+        scale = loss_scale(ref, fixture, golden_loss, out.get("per_sequence_loss"))
     loss_err = abs(ours.loss - golden_loss) / max(scale, 1e-300)
     per_seq = out.get("per_sequence_loss")
     seq_err = (
@@ -242,25 +290,24 @@ def check_output(
         for a, b in zip(ours.grad_D, golden_grad, strict=True)
     )
     only_ours, only_golden = [], []
-    for i, (mine, g, s) in enumerate(
-        zip(ours.blocked_D, golden_grad, fixture.sequences, strict=True)
+    for i, (mine_grad, g, s) in enumerate(
+        zip(ours.grad_D, golden_grad, fixture.sequences, strict=True)
     ):
+        # both sides inferred the same way: a loss token with A != 0 whose gradient is exactly
+        # zero was clipped/masked (or, for SkyRL's guard, cut off)
         live = (s.loss_mask != 0) & (s.advantages != 0)
-        theirs = live & (g == 0)  # the reference zeroed this gradient: clipped/masked
-        if ref.family == "spindle" and ref.loss_name in (
-            "importance_sampling",
-            "cispo",
-            "dro",
-            "cross_entropy",
-        ):
-            theirs = np.zeros_like(theirs)  # no clip/mask: an exact zero is a coincidence
-        only_ours += [(i, int(t)) for t in np.flatnonzero(mine & live & ~theirs)]
+        theirs = live & (g == 0)
+        mine = live & (np.asarray(mine_grad) == 0)
+        only_ours += [(i, int(t)) for t in np.flatnonzero(mine & ~theirs)]
         only_golden += [(i, int(t)) for t in np.flatnonzero(theirs & ~mine)]
     count_golden, nonzero_only = _count(out)
-    count_ours = sum(
-        int((b & ((s.advantages != 0) if nonzero_only else True)).sum())
-        for b, s in zip(ours.blocked_D, fixture.sequences, strict=True)
-    )
+    if nonzero_only:  # the golden count was inferred from exact-zero gradients: so is ours
+        count_ours = sum(
+            int(((s.loss_mask != 0) & (s.advantages != 0) & (np.asarray(g) == 0)).sum())
+            for g, s in zip(ours.grad_D, fixture.sequences, strict=True)
+        )
+    else:
+        count_ours = sum(int(b.sum()) for b in ours.blocked_D)
     passed = (
         loss_err <= loss_tol
         and seq_err <= loss_tol
@@ -282,6 +329,18 @@ def check_output(
         only_ours,
         only_golden,
     )
+
+
+def loss_scale(
+    ref: ResolvedReference, fixture: Fixture, loss: float, per_sequence: Any = None
+) -> float:
+    """The loss tolerance scale: `loss_term_abs_sum` where losslab re-derives the reference,
+    else max(1, |loss|, Σ|per-sequence loss|) (no larger than the sum of |token terms|, so the
+    check is never looser)."""
+    if ref.family in ("spindle", "stable_rl"):
+        return loss_term_abs_sum(ref, fixture)
+    per = np.abs(np.asarray(per_sequence, dtype=np.float64)).sum() if per_sequence else 0.0
+    return float(max(1.0, abs(loss), per))
 
 
 def check_golden(
@@ -338,6 +397,7 @@ def _output_entry(
         params: dict[str, Any] = dict(ref.params["loss_config"])
     else:
         params = dict(ref.params)
+    provenance = result.source.get("provenance") or provenance_of(result.source)
     return {
         "params": params,
         "reference": {
@@ -350,6 +410,7 @@ def _output_entry(
             "kind": result.source["kind"],
             "label": result.source["label"],
             "file_sha256": result.source.get("file_sha256"),
+            "provenance": provenance["summary"],
         },
         "loss": result.loss,
         "token_count": loss_tok,
@@ -358,8 +419,37 @@ def _output_entry(
         "masked_token_count_nonzero_adv": blocked_nz,
         "mask_fraction_nonzero_adv": blocked_nz / max(nonzero, 1),
         **all_tokens,
-        "float64_check": {"loss_term_abs_sum_float64": loss_term_abs_sum(ref, fixture)},
+        "float64_check": {
+            "loss_term_abs_sum_float64": loss_scale(
+                ref, fixture, result.loss, result.per_sequence_loss
+            )
+        },
     }
+
+
+def _fetched_or_rederived(
+    ref: ResolvedReference, fixture: Fixture, text: str, allow_rederivation: bool, offline: bool
+) -> ReferenceResult:
+    """The pinned commit fetched into the cache and executed; else, only when allowed,
+    losslab's re-derivation (labelled)."""
+    from losslab.conformance.fetch import FetchError, fetch_pinned
+
+    reason = ref.framework.unfetchable_reason
+    if ref.framework.fetchable:
+        try:
+            files = fetch_pinned(ref.revision, offline=offline)
+        except FetchError as err:
+            reason = str(err)
+        else:
+            return run_pinned(ref, files, fixture)
+    if not allow_rederivation or ref.framework.rederive is None:
+        raise RevisionError(
+            f"revision {text!r}: no --source for {ref.revision.repo} and its pinned source "
+            f"cannot be had ({reason}); name a checkout (or allow the re-derivation explicitly)"
+        )
+    result = rederive(ref, fixture)
+    result.source["fallback_reason"] = reason
+    return result
 
 
 def make_golden(
@@ -369,17 +459,20 @@ def make_golden(
     spec: FixtureSpec | None = None,
     allow_rederivation: bool = False,
     names: Sequence[str] | None = None,
+    offline: bool = False,
 ) -> dict[str, Any]:
     """Write a golden file with one output per revision, computed from pinned source.
 
     Args:
         revisions: revision strings (`owner/repo@commit:path::function(kw=value, ...)`).
-        sources: {"owner/repo": checkout} to execute pinned source from.
+        sources: {"owner/repo": checkout} to execute pinned source from; a repo not named here
+            has its pinned commit fetched into losslab's cache (`losslab.conformance.fetch`).
         out: the file to write (atomically).
         spec: fixture generator parameters (default: set A).
-        allow_rederivation: for a revision whose repo has no source, write losslab's
+        allow_rederivation: where the pinned source cannot be had, write losslab's
             re-derivation instead (labelled `kind: rederivation`) rather than failing.
         names: output names (default `<repo name>_<loss>`).
+        offline: never fetch (cached commits are still used).
     """
     fixture = generate_fixture(spec)
     outputs: dict[str, Any] = {}
@@ -391,13 +484,9 @@ def make_golden(
         checkout = sources.get(ref.revision.repo)
         if checkout is not None:
             result = run_pinned(ref, Path(checkout), fixture)
-        elif allow_rederivation:
-            result = rederive(ref, fixture)
+            ref = result.resolved or ref
         else:
-            raise RevisionError(
-                f"revision {text!r}: no --source for {ref.revision.repo}; name a "
-                "checkout (or allow the re-derivation explicitly)"
-            )
+            result = _fetched_or_rederived(ref, fixture, text, allow_rederivation, offline)
         name = (
             names[i]
             if names

@@ -1,15 +1,18 @@
-"""Run a reference's pinned source from a local checkout the user names.
+"""Run a reference's pinned source from a git checkout or losslab's fetched cache.
 
-`--source owner/repo=PATH` points at a git work tree or a bare git directory. For a revision
+The git directory is a checkout the user names (`--source owner/repo=PATH`, a work tree or a
+bare git directory) or the cache `losslab.conformance.fetch` fetched the commit into. For a revision
 `owner/repo@commit:path::function(...)` we read the file at that commit with `git show`, extract
 the function plus the module-level definitions it uses with `ast` (following imports into other
 files of the same repository at the same commit), and execute only those definitions, unchanged,
 in a separate Python process (`sys.executable -I`, sockets disabled, a timeout), with the fixture
-passed through a temporary JSON file. Adapters map our per-datum layout to the reference's:
-`verl_padded` (zero-padded [B, T] rows, verl's `agg_loss`) and `spindle_packed` (packed rows).
+passed through a temporary JSON file. The framework adapter
+(`losslab.conformance.frameworks.<name>.call_reference`) maps our per-datum layout to the
+reference's. The extractor follows `from x import *`, drops function decorators (they register
+or wrap) and binds the heavy/type-only modules of `STUB_MODULES` to inert stubs.
 
-Nothing runs unless the user named the checkout; nothing from the checkout is written anywhere
-except the temporary directory of one run.
+Only the extracted definitions of the pinned commit run; nothing from the source is written
+anywhere except the temporary directory of one run (and the fetched objects in the cache).
 """
 
 from __future__ import annotations
@@ -18,11 +21,13 @@ import ast
 import builtins
 import hashlib
 import importlib.util
+import inspect
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import textwrap
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +37,7 @@ import numpy as np
 
 from losslab.conformance.fixtures import Fixture
 from losslab.conformance.references import ReferenceResult, ResolvedReference
-from losslab.plan import Revision
+from losslab.plan import Revision, RevisionError
 
 RUNNER = Path(__file__).with_name("pinned_runner.py")
 # Third-party/stdlib modules the runner may import for the reference (everything else must come
@@ -57,8 +62,26 @@ RUNTIME_MODULES = frozenset(
         "types",
     }
 )
-ADAPTERS = {"compute_policy_loss_with_mask": "verl_padded", "_loss": "spindle_packed"}
-EXTRA_ROOTS = {"spindle_packed": ("_loss_config",)}  # validated the way the reference does
+# Heavy or type-only third-party modules a reference file imports at the top but whose use in
+# the extracted definitions is incidental (logging, type checking, a registry's actor runtime):
+# they are bound to an inert stub in the subprocess, and the extraction records each one, so a
+# reference that really calls into one fails with the stub's error naming it.
+STUB_MODULES = frozenset(
+    {
+        "ray",
+        "omegaconf",
+        "hydra",
+        "loguru",
+        "jaxtyping",
+        "beartype",
+        "typeguard",
+        "pydantic",
+        "tensordict",
+        "transformers",
+        "wandb",
+        "cloudpickle",
+    }
+)
 
 
 class PinnedSourceError(RuntimeError):
@@ -112,9 +135,21 @@ class GitFiles:
         self.commit = found.stdout.decode().strip()
 
     def read(self, path: str) -> str | None:
+        """The file's text at the commit, None when the path is not in the commit's tree."""
         if path not in self._cache:
             res = _git(self.checkout, "show", f"{self.commit}:{path}")
-            self._cache[path] = res.stdout.decode("utf-8") if res.returncode == 0 else None
+            if res.returncode == 0:
+                self._cache[path] = res.stdout.decode("utf-8")
+            else:
+                listed = _git(self.checkout, "ls-tree", "--name-only", self.commit, "--", path)
+                if listed.returncode == 0 and listed.stdout.strip():
+                    # in the tree but unreadable: a partial clone whose remote is unreachable
+                    raise PinnedSourceError(
+                        f"revision {self.revision.text!r}: {path} is in commit "
+                        f"{self.commit[:12]} but its content cannot be read from "
+                        f"{self.checkout} ({res.stderr.decode(errors='replace').strip()})"
+                    )
+                self._cache[path] = None
         return self._cache[path]
 
     def module_path(self, dotted: str) -> str | None:
@@ -156,10 +191,15 @@ class ExtractedModule:
 
 
 def _runtime_names(node: ast.AST) -> tuple[set[str], dict[str, set[str]]]:
-    """Names a definition loads at run time (annotations excluded) and `alias.attr` uses."""
+    """Names a definition loads at run time and `alias.attr` uses. Annotations are excluded, and
+    so are a function's decorators: the extracted function is executed undecorated (see
+    `Extractor.finish`), so a registering decorator never pulls its registry in."""
     names: set[str] = set()
     attrs: dict[str, set[str]] = {}
     skip: set[int] = set()
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        for dec in node.decorator_list:
+            skip.update(id(n) for n in ast.walk(dec))
     for sub in ast.walk(node):
         if isinstance(sub, ast.arg) and sub.annotation is not None:
             skip.update(id(n) for n in ast.walk(sub.annotation))
@@ -180,7 +220,8 @@ def _runtime_names(node: ast.AST) -> tuple[set[str], dict[str, set[str]]]:
 def _index(
     tree: ast.Module,
 ) -> tuple[dict[str, ast.stmt], dict[str, tuple[ast.stmt, str, str | None, int]]]:
-    """Top-level definitions by name, and imported names -> (stmt, module, attr, level)."""
+    """Top-level definitions by name, and imported names -> (stmt, module, attr, level).
+    `from m import *` statements are listed under the key "*<n>" (followed on demand)."""
     defs: dict[str, ast.stmt] = {}
     imports: dict[str, tuple[ast.stmt, str, str | None, int]] = {}
     for stmt in tree.body:
@@ -200,6 +241,9 @@ def _index(
                     top = alias.name.split(".")[0]
                     imports[top] = (stmt, top, None, 0)
         elif isinstance(stmt, ast.ImportFrom):
+            if [a.name for a in stmt.names] == ["*"]:
+                imports[f"*{len(imports)}"] = (stmt, stmt.module or "", "*", stmt.level)
+                continue
             for alias in stmt.names:
                 imports[alias.asname or alias.name] = (
                     stmt,
@@ -213,17 +257,22 @@ def _index(
 class Extractor:
     """Collect a function and what it uses, across files of one commit."""
 
-    def __init__(self, files: GitFiles) -> None:
+    def __init__(self, files: GitFiles, stub_names: Iterable[str] = ()) -> None:
         self.files = files
+        # names an adapter declares type-only (e.g. verl's `AlgoConfig`, used in an isinstance
+        # assert): bound to an empty class instead of being extracted
+        self.stub_names = frozenset(stub_names)
         self.modules: dict[str, ExtractedModule] = {}
         self.order: list[str] = []
         self._trees: dict[str, tuple[ast.Module, str, dict, dict]] = {}
         self._wanted: dict[str, set[str]] = {}
+        self._paths: dict[str, str] = {}
 
     def _fail(self, message: str) -> PinnedSourceError:
         return PinnedSourceError(f"revision {self.files.revision.text!r}: {message}")
 
     def _load(self, module: str, path: str) -> tuple[ast.Module, str, dict, dict]:
+        self._paths[module] = path
         if module not in self._trees:
             text = self.files.read(path)
             if text is None:
@@ -239,9 +288,13 @@ class Extractor:
         return self._trees[module]
 
     def _resolve_module(self, module: str, level: int, here: str) -> str:
-        """The absolute dotted name of `from <level dots><module> import ...` inside `here`."""
+        """The absolute dotted name of `from <level dots><module> import ...` inside `here`
+        (inside a package's `__init__.py`, one dot is the package itself)."""
         if level:
-            base = here.split(".")[:-level] if level <= here.count(".") + 1 else []
+            is_package = self._paths.get(here, "").endswith("__init__.py")
+            drop = level - 1 if is_package else level
+            parts = here.split(".")
+            base = parts[: len(parts) - drop] if drop <= len(parts) else []
             return ".".join([*base, module] if module else base)
         return module
 
@@ -258,16 +311,27 @@ class Extractor:
             name = queue.pop()
             if name in wanted or name in dir(builtins):
                 continue
+            if name in self.stub_names and (name in imports or name not in defs):
+                wanted.add(name)
+                self.modules[module].bindings.append({"name": name, "kind": "stub_class"})
+                continue
             if name in defs:
                 wanted.add(name)
                 used, attrs = _runtime_names(defs[name])
-                queue.extend(n for n in used if n in defs or n in imports)
+                queue.extend(n for n in used if n in defs or n in imports or n in self.stub_names)
                 for alias, attr_names in attrs.items():
                     if alias in imports:
                         self._bind_import(module, path, alias, imports[alias], attr_names)
             elif name in imports:
                 wanted.add(name)
                 self._bind_import(module, path, name, imports[name], None)
+            elif (star := self._star_origin(module, name)) is not None:
+                wanted.add(name)  # `from .x import *` re-exports it
+                star_module, star_path = star
+                self.want(star_module, star_path, [name], root=True)
+                self.modules[module].bindings.append(
+                    {"name": name, "kind": "object", "module": star_module, "attr": name}
+                )
             elif root:
                 raise self._fail(
                     f"function {name} is not defined at the top level of {path} at "
@@ -275,6 +339,27 @@ class Extractor:
                 )
         if module not in self.order:
             self.order.append(module)
+
+    def _star_origin(
+        self, module: str, name: str, seen: frozenset[str] = frozenset()
+    ) -> tuple[str, str] | None:
+        """The (module, path) of this repository that `name` reaches `module` from through its
+        `from x import *` statements (followed recursively), or None."""
+        _, _, _, imports = self._trees[module]
+        for key, (_, target, attr, level) in imports.items():
+            if attr != "*" or not key.startswith("*"):
+                continue
+            dotted = self._resolve_module(target, level, module)
+            path = self.files.module_path(dotted)
+            if path is None or dotted in seen:
+                continue
+            _, _, defs, sub_imports = self._load(dotted, path)
+            if name in defs or name in sub_imports:
+                return dotted, path
+            deeper = self._star_origin(dotted, name, seen | {module})
+            if deeper is not None:
+                return deeper
+        return None
 
     def _bind_import(
         self,
@@ -289,12 +374,17 @@ class Extractor:
         target = self._resolve_module(target, level, module)
         top = target.split(".")[0]
         local = self.files.module_path(top) is not None or level > 0
+        if not local and top in STUB_MODULES:
+            if not any(b["name"] == alias for b in ext.bindings):
+                ext.bindings.append({"name": alias, "kind": "stub", "module": target})
+            return
         if not local:
             if top not in RUNTIME_MODULES or importlib.util.find_spec(top) is None:
                 raise self._fail(
                     f"{path} needs '{ast.unparse(stmt)}' for {alias}, and {top} is "
-                    f"neither in the repository nor an allowed runtime module "
-                    f"({', '.join(sorted(RUNTIME_MODULES))})"
+                    f"neither in the repository, nor an allowed runtime module "
+                    f"({', '.join(sorted(RUNTIME_MODULES))}), nor one losslab stubs "
+                    f"({', '.join(sorted(STUB_MODULES))})"
                 )
             line = ast.unparse(stmt)
             if line not in ext.imports:
@@ -320,6 +410,10 @@ class Extractor:
                     )
                 self.want(target, mod_path, [attr], root=True)
                 binding = {"name": alias, "kind": "object", "module": target, "attr": attr}
+                star = self._star_origin(target, attr)
+                _, _, target_defs, target_imports = self._trees[target]
+                if star is not None and attr not in target_defs and attr not in target_imports:
+                    binding["module"] = star[0]
         else:  # import pkg.mod as alias -> a namespace of the attributes used
             mod_path = self.files.module_path(target)
             if mod_path is None:
@@ -348,12 +442,14 @@ class Extractor:
                 own = [n for n, s in defs.items() if s is stmt and n in wanted]
                 if own:
                     segment = ast.get_source_segment(text, stmt, padded=True)
-                    if (
-                        isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                        and stmt.decorator_list
-                    ):
+                    if isinstance(stmt, ast.ClassDef) and stmt.decorator_list:
+                        # class decorators (@dataclass) shape the class: kept
                         first = min(d.lineno for d in stmt.decorator_list)
                         segment = "\n".join(text.splitlines()[first - 1 : stmt.end_lineno])
+                    elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        # function decorators register or wrap (verl/SkyRL registries,
+                        # torch.compile, jaxtyped): dropped, the function runs as written
+                        segment = "\n".join(text.splitlines()[stmt.lineno - 1 : stmt.end_lineno])
                     segments.append(segment)
                     names.extend(own)
             ext.code = "\n\n\n".join(segments) + "\n"
@@ -363,9 +459,13 @@ class Extractor:
 
 
 def extract(
-    files: GitFiles, function: str, extra_roots: Iterable[str] = ()
+    files: GitFiles,
+    function: str,
+    extra_roots: Iterable[str] = (),
+    stub_names: Iterable[str] = (),
 ) -> list[ExtractedModule]:
-    """Extract `function` (and optional extra roots present in the file) from the revision's path."""
+    """Extract `function` (and optional extra roots present in the file) from the revision's path;
+    `stub_names` are type-only names bound to empty classes instead of being extracted."""
     rev = files.revision
     module = rev.path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
     module = module.removeprefix("src.")
@@ -374,7 +474,7 @@ def extract(
         raise PinnedSourceError(
             f"revision {rev.text!r}: file {rev.path} does not exist at commit {files.commit}"
         )
-    ex = Extractor(files)
+    ex = Extractor(files, stub_names)
     ex.want(module, rev.path, [function], root=True)
     _, _, defs, _ = ex._load(module, rev.path)
     extra = [r for r in extra_roots if r in defs]
@@ -393,41 +493,24 @@ def _given_config_keys(rev: Revision) -> set[str]:
     return keys
 
 
-def _verl_config_fields(ref: ResolvedReference) -> dict[str, Any]:
-    """The actor-config fields the revision sets; unset thresholds stay None so the pinned
-    function applies its own fallbacks (clip_ratio for low/high, its `.get` default for c)."""
-    rev, p = ref.revision, ref.params
-    fields: dict[str, Any] = {
-        key: rev.kwargs.get(key) for key in ("clip_ratio", "clip_ratio_low", "clip_ratio_high")
-    }
-    if rev.clip_bounds is not None:  # `clip LO/HI` shorthand: absolute bounds, resolved
-        fields["clip_ratio_low"], fields["clip_ratio_high"] = (
-            p["clip_ratio_low"],
-            p["clip_ratio_high"],
-        )
-    if "clip_ratio_c" in rev.kwargs:
-        fields["clip_ratio_c"] = rev.kwargs["clip_ratio_c"]
-    fields.update(
-        global_batch_info=dict(p["global_batch_info"]),
-        policy_loss={"loss_mode": p["loss_mode"]},
-        loss_agg_mode=p["loss_agg_mode"],
-    )
-    return fields
-
-
 def run_pinned(
-    ref: ResolvedReference, checkout: Path, fixture: Fixture, timeout_s: float = 120.0
+    ref: ResolvedReference, checkout: Path | GitFiles, fixture: Fixture, timeout_s: float = 120.0
 ) -> ReferenceResult:
-    """Execute the pinned reference of `ref` from `checkout` on `fixture` in a subprocess."""
+    """Execute the pinned reference of `ref` from `checkout` on `fixture` in a subprocess.
+
+    The revision is re-resolved against the checkout's commit, so parameters the revision leaves
+    unset take the defaults of the framework's config classes at that commit (`result.resolved`).
+    """
+    from losslab.conformance.references import resolve_reference
+
     rev = ref.revision
-    adapter = ADAPTERS.get(rev.function)
-    if adapter is None:
-        raise PinnedSourceError(
-            f"revision {rev.text!r}: no layout adapter for function "
-            f"{rev.function}; losslab adapts {sorted(ADAPTERS)}"
-        )
-    files = GitFiles(checkout, rev)
-    modules = extract(files, rev.function, EXTRA_ROOTS.get(adapter, ()))
+    fw = ref.framework
+    files = checkout if isinstance(checkout, GitFiles) else GitFiles(checkout, rev)
+    try:
+        ref = resolve_reference(rev, files)
+    except RevisionError as err:
+        raise PinnedSourceError(str(err)) from err
+    modules = extract(files, rev.function, fw.extra_roots, fw.stub_names)
     root_module = modules[-1].module if modules else ""
     for m in modules:
         if m.path == rev.path:
@@ -436,13 +519,11 @@ def run_pinned(
         "modules": [m.to_dict() for m in modules],
         "root_module": root_module,
         "function": rev.function,
-        "extra_roots": [
-            r for r in EXTRA_ROOTS.get(adapter, ()) if any(r in m.names for m in modules)
-        ],
-        "adapter": adapter,
+        "extra_roots": [r for r in fw.extra_roots if any(r in m.names for m in modules)],
+        "framework": fw.name,
+        "call_source": textwrap.dedent(inspect.getsource(fw.call_reference)),
         "params": ref.params,
         "raw_config_keys": sorted(_given_config_keys(rev)),
-        "config_fields": _verl_config_fields(ref) if adapter == "verl_padded" else {},
         "sequences": fixture.to_json_dict()["sequences"],
     }
     with tempfile.TemporaryDirectory(prefix="losslab-pinned-") as tmp:
@@ -481,6 +562,15 @@ def run_pinned(
         # inferred: a loss token with A != 0 whose gradient is exactly zero was clipped/masked
         blocked.append((g == 0) & (seq.loss_mask != 0) & (seq.advantages != 0))
     root = next(m for m in modules if m.path == rev.path)
+    stubs = sorted(
+        {
+            f"{b['name']} ({b.get('module', 'type-only')})"
+            for m in modules
+            for b in m.bindings
+            if b["kind"] in ("stub", "stub_class")
+        }
+    )
+    where = files.checkout
     return ReferenceResult(
         loss=float(result["loss"]),
         per_sequence_loss=[float(x) for x in result["per_sequence_loss"]],
@@ -488,13 +578,16 @@ def run_pinned(
         blocked_D=blocked,
         source={
             "kind": "pinned_source",
+            "repo": rev.repo,
+            "obtained": getattr(files, "obtained", f"checkout {where}"),
             "label": f"pinned source executed: {rev.repo}@{files.commit}:{rev.path}::{rev.function} "
-            f"from {checkout}",
-            "checkout": str(checkout),
+            f"from {where}",
+            "checkout": str(where),
             "commit": files.commit,
             "file_sha256": root.sha256,
-            "adapter": adapter,
+            "framework": fw.name,
             "extracted": {m.path: {"sha256": m.sha256, "names": m.names} for m in modules},
+            "stubbed": stubs,
             "effective_params": ref.params,
             "notes": list(ref.notes)
             + [
@@ -504,4 +597,5 @@ def run_pinned(
         },
         dtype="float32",
         blocked_scope="nonzero_adv",
+        resolved=ref,
     )

@@ -2,8 +2,13 @@
 
 Run as `python -I pinned_runner.py INPUT.json OUTPUT.json` by `losslab.conformance.pinned`; it
 imports only the standard library and torch (never losslab), disables sockets, executes the
-extracted definitions unchanged, calls the reference through a layout adapter and writes the
-loss, per-sequence losses and the gradient w.r.t. current log-probs as JSON.
+extracted definitions unchanged, calls the reference through its framework's layout adapter
+(the text of `call_reference` from `losslab.conformance.frameworks.<name>`, sent in the payload)
+and writes the loss, per-sequence losses and the gradient w.r.t. current log-probs as JSON.
+
+The adapter is called as `call_reference(fn, payload, spaces, rt)`: `fn` the pinned function,
+`spaces[name]` the executed namespace of the reference file (for extra roots), and `rt` the
+helpers below (`rt.pad`, `rt.Config`, `rt.call`, `rt.first`, `rt.split`).
 """
 
 from __future__ import annotations
@@ -21,16 +26,47 @@ def _no_network(*args: Any, **kwargs: Any) -> Any:
     raise OSError("network access is disabled while running pinned reference source")
 
 
+class _Stub:
+    """An inert stand-in for a heavy/type-only module (ray, loguru, jaxtyping, ...): attribute
+    access, calls, subscripts and decorators give stubs back, so module-level uses at definition
+    time work; anything that relies on a real value fails visibly further on."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> _Stub:
+        return _Stub(f"{self._name}.{attr}")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if len(args) == 1 and callable(args[0]) and not kwargs:  # used as a decorator
+            return args[0]
+        return _Stub(f"{self._name}(...)")
+
+    def __getitem__(self, item: Any) -> _Stub:
+        return _Stub(f"{self._name}[...]")
+
+    def __repr__(self) -> str:
+        return f"<losslab stub for {self._name}>"
+
+
 def _load(payload: dict[str, Any]) -> dict[str, dict[str, Any]]:
     spaces: dict[str, dict[str, Any]] = {}
     for mod in payload["modules"]:
-        g: dict[str, Any] = {"__name__": f"pinned.{mod['module']}", "__builtins__": builtins}
+        # a real module object in sys.modules: dataclasses looks the defining module up there
+        module = types.ModuleType(f"pinned.{mod['module']}")
+        sys.modules[module.__name__] = module
+        g: dict[str, Any] = module.__dict__
+        g["__builtins__"] = builtins
         for b in mod["bindings"]:
-            src = spaces[b["module"]]
-            if b["kind"] == "namespace":
+            if b["kind"] == "stub":
+                g[b["name"]] = _Stub(b["module"])
+            elif b["kind"] == "stub_class":
+                g[b["name"]] = type(b["name"], (), {"__doc__": "losslab type-only stub"})
+            elif b["kind"] == "namespace":
+                src = spaces[b["module"]]
                 g[b["name"]] = types.SimpleNamespace(**{a: src[a] for a in b["attrs"]})
             else:
-                g[b["name"]] = src[b["attr"]]
+                g[b["name"]] = spaces[b["module"]][b["attr"]]
         code = (
             "from __future__ import annotations\n" + "\n".join(mod["imports"]) + "\n" + mod["code"]
         )
@@ -40,16 +76,25 @@ def _load(payload: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 class _Config:
-    """Attribute-and-`.get` config standing in for verl's ActorConfig (only the fields set)."""
+    """Attribute-and-`.get` config standing in for a framework's config object; nested dicts
+    become nested configs (SkyRL's `config.dppo.delta_low`)."""
 
     def __init__(self, fields: dict[str, Any]) -> None:
-        self.__dict__.update(fields)
+        for key, value in fields.items():
+            self.__dict__[key] = (
+                _Config(value)
+                if isinstance(value, dict) and key != ("global_batch_info")
+                else value
+            )
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.__dict__.get(key, default)
 
     def __getitem__(self, key: str) -> Any:
         return self.__dict__[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.__dict__
 
 
 def _call(fn: Any, kwargs: dict[str, Any]) -> Any:
@@ -58,107 +103,29 @@ def _call(fn: Any, kwargs: dict[str, Any]) -> Any:
 
 
 def _first(result: Any) -> Any:
-    return result[0] if isinstance(result, (tuple, list)) else result
+    if isinstance(result, (tuple, list)):
+        return result[0]
+    return getattr(result, "loss", result)
 
 
-def _verl_padded(fn: Any, payload: dict[str, Any]) -> dict[str, Any]:
+def _pad(rows: list[list[float]], width: int) -> Any:
     import torch
 
-    seqs, p = payload["sequences"], payload["params"]
-    width = max(len(s["sampler_logprobs"]) for s in seqs)
-
-    def pad(rows: list[list[float]]) -> torch.Tensor:
-        out = torch.zeros(len(rows), width, dtype=torch.float32)  # [B, T]
-        for i, row in enumerate(rows):
-            out[i, : len(row)] = torch.tensor(row, dtype=torch.float32)
-        return out
-
-    config = _Config(payload["config_fields"])
-
-    def run(idx: list[int]) -> tuple[Any, Any, dict[str, float]]:
-        rows = [seqs[i] for i in idx]
-        log_prob = pad([r["current_logprobs"] for r in rows]).requires_grad_(True)
-        rollout = pad([r["sampler_logprobs"] for r in rows])
-        mask = pad([r["loss_mask"] for r in rows])
-        adv = mask * torch.tensor([r["advantage"] for r in rows], dtype=torch.float32)[:, None]
-        zeros = torch.zeros_like(rollout)
-        result = _call(
-            fn,
-            {
-                "old_log_prob": rollout,
-                "log_prob": log_prob,
-                "advantages": adv,
-                "response_mask": mask,
-                "loss_agg_mode": p["loss_agg_mode"],
-                "config": config,
-                "rollout_is_weights": None,
-                "rollout_log_prob": rollout,
-                "topk_kl": zeros,
-                "topk_tv": zeros,
-                "entropy": zeros,
-                "loss_mode": p["loss_mode"],
-            },
-        )
-        loss = _first(result)
-        (grad,) = torch.autograd.grad(loss, log_prob)
-        metrics = result[1] if isinstance(result, (tuple, list)) and len(result) > 1 else {}
-        native = {k: float(v) for k, v in dict(metrics).items() if isinstance(v, (int, float))}
-        return loss, grad, native
-
-    loss, grad, native = run(list(range(len(seqs))))
-    per_seq = [float(run([i])[0]) for i in range(len(seqs))]
-    return {
-        "loss": float(loss),
-        "per_sequence_loss": per_seq,
-        "native_metrics": native,
-        "grad_D": [grad[i, : len(s["sampler_logprobs"])].tolist() for i, s in enumerate(seqs)],
-    }
+    out = torch.zeros(len(rows), width, dtype=torch.float32)  # [B, T]
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row, dtype=torch.float32)
+    return out
 
 
-def _spindle_packed(fn: Any, payload: dict[str, Any], spaces: dict[str, Any]) -> dict[str, Any]:
-    import torch
-
-    seqs, p = payload["sequences"], payload["params"]
-    config = dict(p["loss_config"])
-    if "_loss_config" in payload["extra_roots"]:  # the reference's own validation
-        config = spaces["_loss_config"](
-            p["loss_name"], {k: v for k, v in config.items() if k in payload["raw_config_keys"]}
-        )
-
-    def cat(idx: list[int], key: str) -> torch.Tensor:
-        return torch.tensor([x for i in idx for x in seqs[i][key]], dtype=torch.float32)
-
-    def run(idx: list[int]) -> tuple[Any, Any]:
-        logprobs = cat(idx, "current_logprobs").requires_grad_(True)  # packed [sum L]
-        mask = cat(idx, "loss_mask")
-        adv = torch.tensor(
-            [seqs[i]["advantage"] * m for i in idx for m in seqs[i]["loss_mask"]],
-            dtype=torch.float32,
-        )
-        batch = {
-            "loss_mask": mask,
-            "sampling_logprobs": cat(idx, "sampler_logprobs"),
-            "advantages": adv,
-            "loss_name": p["loss_name"],
-            "loss_config": config,
-        }
-        loss = _first(fn(logprobs, batch))
-        (grad,) = torch.autograd.grad(loss, logprobs)
-        return loss, grad
-
-    loss, grad = run(list(range(len(seqs))))
-    per_seq = [float(run([i])[0]) for i in range(len(seqs))]
-    grads, start = [], 0
-    for s in seqs:
-        n = len(s["sampler_logprobs"])
-        grads.append(grad[start : start + n].tolist())
+def _split(flat: Any, lengths: list[int]) -> list[list[float]]:
+    out, start = [], 0
+    for n in lengths:
+        out.append(flat[start : start + n].tolist())
         start += n
-    return {
-        "loss": float(loss),
-        "per_sequence_loss": per_seq,
-        "grad_D": grads,
-        "native_metrics": {},
-    }
+    return out
+
+
+RUNTIME = types.SimpleNamespace(pad=_pad, Config=_Config, call=_call, first=_first, split=_split)
 
 
 def main(argv: list[str]) -> int:
@@ -175,12 +142,9 @@ def main(argv: list[str]) -> int:
     spaces = _load(payload)
     root = spaces[payload["root_module"]]
     fn = root[payload["function"]]
-    if payload["adapter"] == "verl_padded":
-        out = _verl_padded(fn, payload)
-    elif payload["adapter"] == "spindle_packed":
-        out = _spindle_packed(fn, payload, root)
-    else:
-        raise SystemExit(f"unknown adapter {payload['adapter']!r}")
+    adapter: dict[str, Any] = {"__builtins__": builtins}
+    exec(compile(payload["call_source"], "<losslab adapter>", "exec"), adapter)  # noqa: S102
+    out = adapter["call_reference"](fn, payload, root, RUNTIME)
     with open(argv[2], "w", encoding="utf-8") as fh:
         json.dump(out, fh)
     return 0

@@ -25,13 +25,15 @@ import numpy as np
 import torch
 
 from losslab.atomic import atomic_write_json
-from losslab.conformance.fixtures import Fixture, generate_fixture, token_tensors
+from losslab.conformance.classify import classify
+from losslab.conformance.fixtures import Fixture, generate_fixture, stress_spec
 from losslab.conformance.metrics import Tolerance, check_tolerance
+from losslab.conformance.ours import run_ours
 from losslab.conformance.pinned import PinnedSourceError, run_pinned
+from losslab.conformance.provenance import provenance_of
 from losslab.conformance.references import (
     ReferenceResult,
     ResolvedReference,
-    rederive,
     resolve_reference,
 )
 from losslab.plan import Plan, RevisionError, parse_revision
@@ -122,38 +124,65 @@ def plan_implementations(
 
 
 def _obtain(
-    ref: ResolvedReference, fixture: Fixture, sources: Mapping[str, Path], strict_sources: bool
+    ref: ResolvedReference,
+    fixture: Fixture,
+    sources: Mapping[str, Path],
+    strict_sources: bool,
+    fetch: bool = True,
+    allow_rederivation: bool = False,
+    offline: bool = False,
 ) -> ReferenceResult:
+    """The reference's outputs on `fixture`, from (in order) the user's `--source` checkout,
+    the pinned commit fetched into losslab's cache, or, only when asked for (or for a framework
+    with no fetchable commit, Spindle), losslab's labelled re-derivation."""
+    from losslab.conformance.fetch import FetchError, fetch_pinned
+
+    fw = ref.framework
     checkout = sources.get(ref.revision.repo)
-    if checkout is None:
-        return rederive(ref, fixture)
-    try:
-        return run_pinned(ref, Path(checkout), fixture)
-    except PinnedSourceError as err:
-        if strict_sources:
-            raise
-        result = rederive(ref, fixture)
-        result.source["fallback_reason"] = str(err)
-        result.source["label"] = (
-            "FALLBACK: pinned source could not be used; " + result.source["label"]
-        )
+
+    def rederived(reason: str) -> ReferenceResult:
+        if fw.rederive is None:
+            raise PreflightError(
+                f"{reason}; and losslab has no re-derivation of {ref.revision.repo} to fall back on"
+            )
+        result = fw.rederive(ref, fixture, torch.float32)
+        result.source["fallback_reason"] = reason
         return result
+
+    if checkout is not None:
+        try:
+            return run_pinned(ref, Path(checkout), fixture)
+        except PinnedSourceError as err:
+            if strict_sources or not allow_rederivation:
+                raise
+            result = rederived(str(err))
+            result.source["label"] = (
+                "FALLBACK: pinned source could not be used; " + result.source["label"]
+            )
+            return result
+    if not fw.fetchable:
+        result = rederived(fw.unfetchable_reason)
+        return result
+    if not fetch:
+        if allow_rederivation:
+            return rederived("fetching pinned sources was turned off (--no-fetch)")
+        raise PreflightError(
+            f"revision {ref.revision.text!r}: fetching is off and no --source names "
+            f"{ref.revision.repo}; pass --source, allow fetching, or --allow-rederivation"
+        )
+    try:
+        files = fetch_pinned(ref.revision, offline=offline)
+    except FetchError as err:
+        if not allow_rederivation:
+            raise
+        return rederived(str(err))
+    return run_pinned(ref, files, fixture)
 
 
 def _run_ours(
     fn: LossCallable, fixture: Fixture
 ) -> tuple[float, list[np.ndarray], list[np.ndarray]]:
-    from losslab.losses import TokenData
-
-    data = TokenData(**token_tensors(fixture))
-    out = fn(data)
-    grads = torch.autograd.grad(out.loss, data.logprobs_D, allow_unused=True)
-    grad_D = [
-        np.zeros(len(x), np.float32) if g is None else g.detach().numpy()
-        for g, x in zip(grads, data.logprobs_D, strict=True)
-    ]
-    kept = [k.detach().numpy().astype(bool) for k in out.kept_D]
-    return float(out.loss.detach()), grad_D, kept
+    return run_ours(fn, fixture)
 
 
 def _fractions(
@@ -202,7 +231,9 @@ def _normalization(base: ResolvedReference, ref: ResolvedReference) -> str:
         "unpacked list, reduction='sum'"
     ]
     for role, r in (("baseline", base), ("reference", ref)):
-        if r.family == "spindle":
+        if r.family not in ("spindle", "stable_rl"):
+            parts.append(f"{role}: {r.framework.repo}: {r.framework.aggregation}")
+        elif r.family == "spindle":
             parts.append(f"{role}: Spindle _loss on packed rows, -sum(m*J) (plain masked sum)")
         else:
             info = r.params["global_batch_info"]
@@ -234,14 +265,61 @@ def _compared(role: str, impl: Implementation, ref: ResolvedReference) -> dict[s
     }
 
 
+def _tolerance(path: Any, name: str) -> Tolerance:
+    tol_block = getattr(path.tolerances, name, None)
+    if tol_block is None:
+        raise PreflightError(
+            f"correctness_preflight path {path.id!r}: tolerances.{name} "
+            "is missing; expected atol, rtol (and min_cosine)"
+        )
+    if isinstance(tol_block, Tolerance):
+        return tol_block
+    return Tolerance.from_dict(
+        tol_block.model_dump() if hasattr(tol_block, "model_dump") else dict(tol_block),
+        where=f"tolerances.{name}",
+    )
+
+
+def _check_entry(ours: Any, theirs: Any, tol: Tolerance) -> tuple[dict, dict]:
+    chk = check_tolerance(ours, theirs, tol)
+    return chk.metrics.to_dict(), {
+        "passed": chk.passed,
+        "tolerance": tol.to_dict(),
+        "violations": chk.violations,
+        "cosine_ok": chk.cosine_ok,
+        "worst_index": chk.worst_index,
+        "worst_excess": chk.worst_excess,
+    }
+
+
+def _fixed_input(fixture: Fixture) -> dict[str, Any]:
+    return {
+        "sha256": fixture.sha256(),
+        "description": fixture.description(),
+        "generator": fixture.spec.to_generator_block() if fixture.spec else None,
+    }
+
+
 def run_path(
     path: Any,
     implementations: Mapping[str, Implementation],
     fixture: Fixture,
     sources: Mapping[str, Path] | None = None,
     strict_sources: bool = False,
+    *,
+    fetch: bool = True,
+    allow_rederivation: bool = False,
+    offline: bool = False,
+    stress_fixture: Fixture | None = None,
 ) -> dict[str, Any]:
-    """Run one preflight path and return its report entry (see module docstring)."""
+    """Run one preflight path and return its report entry (see module docstring).
+
+    On `fixture` (set A) both sides are checked; on `stress_fixture` (default
+    `fixtures.stress_spec()`: old != sampler, r > c, |log r| > 20, a fully masked sequence) the
+    treatment is checked again against its reference, so a missing cap, a wrong anchor, a wrong
+    threshold or a sign error fails. A failed check gets a `classification`: the single
+    convention change that would make it pass, if any.
+    """
     sources = sources or {}
     resolved = {}
     for role, key in (("baseline", "baseline_revision"), ("reference", "reference_revision")):
@@ -249,14 +327,16 @@ def run_path(
         if not text:
             raise PreflightError(f"correctness_preflight path {path.id!r}: {key} is missing")
         resolved[role] = resolve_reference(parse_revision(text))
-    results = {role: _obtain(r, fixture, sources, strict_sources) for role, r in resolved.items()}
+    how = dict(fetch=fetch, allow_rederivation=allow_rederivation, offline=offline)
+    results = {
+        role: _obtain(r, fixture, sources, strict_sources, **how) for role, r in resolved.items()
+    }
+    resolved = {role: results[role].resolved or r for role, r in resolved.items()}
+    provenance = {role: provenance_of(res.source) for role, res in results.items()}
     entry: dict[str, Any] = {
         "id": path.id,
-        "fixed_input": {
-            "sha256": fixture.sha256(),
-            "description": fixture.description(),
-            "generator": fixture.spec.to_generator_block() if fixture.spec else None,
-        },
+        "provenance": provenance,
+        "fixed_input": _fixed_input(fixture),
         "baseline_revision": path.baseline_revision,
         "reference_revision": path.reference_revision,
         "implementation_revision": implementation_revision(),
@@ -269,13 +349,10 @@ def run_path(
         "checks": {},
         "fired": {},
         "token_set_differences": {},
+        "classification": {},
     }
-    tolerances = path.tolerances
-    for role, impl_key, ref_key in (
-        ("baseline", "baseline", "baseline"),
-        ("reference", "treatment", "reference"),
-    ):
-        impl, ref, res = implementations[impl_key], resolved[ref_key], results[ref_key]
+    for role, impl_key in (("baseline", "baseline"), ("reference", "treatment")):
+        impl, ref, res = implementations[impl_key], resolved[role], results[role]
         value_loss, _, _ = _run_ours(impl.value_fn or impl.loss_fn, fixture)
         _, grad_D, kept_D = _run_ours(impl.loss_fn, fixture)
         entry["implementation"][impl_key] = {
@@ -285,43 +362,92 @@ def run_path(
             "provenance": dict(getattr(impl.loss_fn, "provenance", None) or {}),
         }
         entry["compared"].update(_compared(role, impl, ref))
+        tols = {kind: _tolerance(path, f"{role}_{kind}") for kind in ("loss", "gradient")}
         for kind, ours, theirs in (
             ("loss", value_loss, res.loss),
             ("gradient", grad_D, res.grad_D),
         ):
             name = f"{role}_{kind}"
-            tol_block = getattr(tolerances, name, None)
-            if tol_block is None:
-                raise PreflightError(
-                    f"correctness_preflight path {path.id!r}: tolerances.{name} "
-                    "is missing; expected atol, rtol (and min_cosine)"
-                )
-            tol = (
-                tol_block
-                if isinstance(tol_block, Tolerance)
-                else Tolerance.from_dict(
-                    tol_block.model_dump() if hasattr(tol_block, "model_dump") else dict(tol_block),
-                    where=f"tolerances.{name}",
-                )
+            entry["errors"][name], entry["checks"][name] = _check_entry(ours, theirs, tols[kind])
+        if not all(entry["checks"][f"{role}_{k}"]["passed"] for k in ("loss", "gradient")):
+            entry["classification"][role] = classify(
+                impl.loss_fn, impl.value_fn or impl.loss_fn, res, fixture, tols
             )
-            chk = check_tolerance(ours, theirs, tol)
-            entry["errors"][name] = chk.metrics.to_dict()
-            entry["checks"][name] = {
-                "passed": chk.passed,
-                "tolerance": tol.to_dict(),
-                "violations": chk.violations,
-                "cosine_ok": chk.cosine_ok,
-                "worst_index": chk.worst_index,
-                "worst_excess": chk.worst_excess,
-            }
         blocked_ours = [~k for k in kept_D]
         entry["fired"][impl_key] = {
             "ours": _fractions(blocked_ours, fixture),
             "reference": _fractions(res.blocked_D, fixture, res.blocked_scope),
         }
         entry["token_set_differences"][role] = _set_difference(blocked_ours, res.blocked_D, fixture)
-    entry["passed"] = all(c["passed"] for c in entry["checks"].values())
+    stress = stress_fixture if stress_fixture is not None else generate_fixture(stress_spec())
+    entry["stress"] = _stress_block(
+        path,
+        implementations["treatment"],
+        resolved["reference"],
+        stress,
+        sources,
+        strict_sources,
+        how,
+    )
+    entry["passed"] = (
+        all(c["passed"] for c in entry["checks"].values()) and entry["stress"]["passed"]
+    )
     return entry
+
+
+def _stress_block(
+    path: Any,
+    impl: Implementation,
+    ref: ResolvedReference,
+    fixture: Fixture,
+    sources: Mapping[str, Path],
+    strict_sources: bool,
+    how: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The treatment vs its reference on the stress fixture (same tolerances, same source)."""
+    res = _obtain(ref, fixture, sources, strict_sources, **how)
+    block: dict[str, Any] = {
+        "fixed_input": _fixed_input(fixture),
+        "provenance": provenance_of(res.source),
+        "compared": "treatment vs reference only: the baseline GRPO loss and Spindle's ppo "
+        "differ by construction where l - l_s > 20 (losslab guards the log-ratio, Spindle "
+        "does not), which is not what this fixture is for",
+        "errors": {},
+        "checks": {},
+    }
+    tols = {kind: _tolerance(path, f"reference_{kind}") for kind in ("loss", "gradient")}
+    value_loss, _, _ = _run_ours(impl.value_fn or impl.loss_fn, fixture)
+    _, grad_D, kept_D = _run_ours(impl.loss_fn, fixture)
+    for kind, ours, theirs in (("loss", value_loss, res.loss), ("gradient", grad_D, res.grad_D)):
+        name = f"reference_{kind}"
+        block["errors"][name], block["checks"][name] = _check_entry(ours, theirs, tols[kind])
+    block["passed"] = all(c["passed"] for c in block["checks"].values())
+    if not block["passed"]:
+        block["classification"] = classify(
+            impl.loss_fn, impl.value_fn or impl.loss_fn, res, fixture, tols
+        )
+    block["token_set_differences"] = _set_difference([~k for k in kept_D], res.blocked_D, fixture)
+    return block
+
+
+def _merged_provenance(paths: list[dict[str, Any]]) -> dict[str, Any]:
+    """Top-level `provenance`: per side, one record with a one-line `summary` (paths joined
+    when a plan has several and they differ)."""
+    out: dict[str, Any] = {}
+    for side in ("baseline", "reference"):
+        records = [p["provenance"][side] for p in paths]
+        summaries = list(dict.fromkeys(r["summary"] for r in records))
+        merged = dict(records[0])
+        merged["executed"] = all(r["executed"] for r in records)
+        merged["summary"] = (
+            summaries[0]
+            if len(summaries) == 1
+            else "; ".join(
+                f"{p['id']}: {r['summary']}" for p, r in zip(paths, records, strict=True)
+            )
+        )
+        out[side] = merged
+    return out
 
 
 def run_preflight(
@@ -331,20 +457,34 @@ def run_preflight(
     implementations: Mapping[str, Implementation] | None = None,
     strict_sources: bool = False,
     losses: Mapping[str, Any] | None = None,
+    *,
+    fetch: bool = True,
+    allow_rederivation: bool = False,
+    offline: bool = False,
+    stress_fixture: Fixture | None = None,
 ) -> dict[str, Any]:
     """Run every `correctness_preflight.paths[i]` of the plan at `plan_path`.
 
     Args:
         plan_path: the plan JSON (validated with `losslab.plan.load_plan`), or a loaded `Plan`.
-        sources: {"owner/repo": checkout path} whose pinned source may be executed; a repo not
-            named here is compared through losslab's re-derivation.
+        sources: {"owner/repo": checkout path} whose pinned source is executed (overrides
+            fetching).
         fixture: the fixed input (default `generate_fixture()`: set A, seed 0).
         implementations: {"baseline": ..., "treatment": ...} losses under test (default: the
             plan's arms resolved to `losslab.losses`); used to test mutated copies.
-        strict_sources: raise instead of falling back to the re-derivation when a named checkout
-            lacks the pinned commit or the source cannot be extracted/run.
+        strict_sources: raise instead of falling back when a named checkout lacks the pinned
+            commit or the source cannot be extracted/run (the fallback needs
+            `allow_rederivation` anyway).
         losses: `{arm name: LossFn}` the arms train with (the runner passes its own, so the
             checked objects are the trained ones); default `arm_losses(plan)`.
+        fetch: fetch a pinned commit no `sources` entry names into losslab's cache (see
+            `losslab.conformance.fetch`) and execute it; the default.
+        allow_rederivation: where the pinned source cannot be had (offline, no cache), compare
+            against losslab's re-derivation instead of failing; it is labelled "pinned source
+            NOT executed" in `provenance`. Spindle, which has no fetchable commit, is always
+            re-derived (labelled with the commit its text came from).
+        offline: never touch the network (a cached commit is still used).
+        stress_fixture: the second fixture (default `fixtures.stress_spec()`).
     """
     from losslab.plan import load_plan
 
@@ -366,7 +506,19 @@ def run_preflight(
                 if implementations
                 else plan_implementations(plan, path, losses)
             )
-            paths.append(run_path(path, impls, fixture, sources, strict_sources))
+            paths.append(
+                run_path(
+                    path,
+                    impls,
+                    fixture,
+                    sources,
+                    strict_sources,
+                    fetch=fetch,
+                    allow_rederivation=allow_rederivation,
+                    offline=offline,
+                    stress_fixture=stress_fixture,
+                )
+            )
         except (RevisionError, PinnedSourceError) as err:
             raise PreflightError(f"correctness_preflight path {path.id!r}: {err}") from err
     named = {
@@ -377,6 +529,7 @@ def run_preflight(
     return {
         "required": plan.correctness_preflight.required,
         "passed": all(p["passed"] for p in paths),
+        "provenance": _merged_provenance(paths),
         "unused_sources": sorted(set(sources or {}) - named),
         "torch": torch.__version__,
         "paths": paths,

@@ -76,9 +76,10 @@ TINKER_SUM_BATCH_INFO = {"dp_size": 1, "batch_num_tokens": 1}
 class ResolvedReference:
     """A revision mapped to a known reference, with every effective parameter spelled out.
 
-    `family` is "spindle" (packed rows, `_loss(logprobs, batch)`) or "stable_rl" (verl-style padded
-    [B, T] rows with `agg_loss`); `params` are the effective values the reference will use, with
-    defaults filled in; `notes` say where a default came from or where a real config would differ.
+    `family` is the framework adapter's name (`losslab.conformance.frameworks`: "spindle",
+    "stable_rl", "verl", "skyrl", "prime_rl"); `params` are the effective values the reference
+    will use, with defaults filled in; `notes` say where a default came from or where a real
+    config would differ.
     """
 
     revision: Revision
@@ -89,7 +90,16 @@ class ResolvedReference:
 
     @property
     def loss_name(self) -> str:
-        return self.params["loss_name"] if self.family == "spindle" else self.params["loss_mode"]
+        for key in ("loss_name", "loss_mode", "dppo_type"):
+            if key in self.params:
+                return str(self.params[key])
+        return self.revision.function
+
+    @property
+    def framework(self) -> Any:
+        from losslab.conformance.frameworks import registry
+
+        return registry()[self.family]
 
 
 @dataclass
@@ -103,6 +113,7 @@ class ReferenceResult:
     source: dict[str, Any] = field(default_factory=dict)
     dtype: str = "float32"
     blocked_scope: str = "all"  # "nonzero_adv": blocked_D only knows tokens with A != 0
+    resolved: ResolvedReference | None = None  # as resolved against the executed commit
 
 
 def _finite_number(revision: Revision, key: str, value: Any) -> float:
@@ -113,21 +124,23 @@ def _finite_number(revision: Revision, key: str, value: Any) -> float:
     return float(value)
 
 
-def resolve_reference(revision: Revision) -> ResolvedReference:
-    """Map a revision to a known reference (by repo and function) and its effective parameters.
+def resolve_reference(revision: Revision, files: Any | None = None) -> ResolvedReference:
+    """Map a revision to its framework adapter (`losslab.conformance.frameworks`) and its
+    effective parameters. With `files` (a `GitFiles` of the pinned commit), unset parameters take
+    the defaults of the framework's own config classes read at that commit; without, the
+    defaults the adapter recorded (labelled in the notes).
 
     Raises RevisionError naming the revision when the repo/function is unknown or a parameter is
     not one the reference accepts.
     """
-    if revision.repo == SPINDLE_REPO and revision.function == "_loss":
-        return _resolve_spindle(revision)
-    if revision.repo == STABLE_RL_REPO and revision.function == "compute_policy_loss_with_mask":
-        return _resolve_stable_rl(revision)
-    known = f"{SPINDLE_REPO}::_loss, {STABLE_RL_REPO}::compute_policy_loss_with_mask"
-    raise RevisionError(
-        f"revision {revision.text!r}: no known reference for "
-        f"{revision.repo}::{revision.function}; losslab knows {known}"
-    )
+    from losslab.conformance.frameworks import framework_for
+
+    try:
+        fw = framework_for(revision.repo, revision.function)
+    except RevisionError as err:
+        raise RevisionError(f"revision {revision.text!r}: {err}") from None
+    defaults, origin = fw.defaults(files)
+    return fw.resolve(revision, defaults, origin)
 
 
 def _resolve_spindle(revision: Revision) -> ResolvedReference:
@@ -439,6 +452,11 @@ def rederive(
     """Run losslab's re-derivation of `ref` on `fixture` (loss, per-sequence losses, gradient)."""
     seqs = fixture.sequences
     lengths = [len(s.sampler_logprobs) for s in seqs]
+    if ref.family not in ("spindle", "stable_rl"):
+        raise ValueError(
+            f"{ref.revision.short}: losslab has no independent re-derivation of "
+            f"{ref.revision.repo}; its pinned source must be executed (fetched or --source)"
+        )
     if ref.family == "spindle":
         name, config = ref.params["loss_name"], ref.params["loss_config"]
 
@@ -465,8 +483,13 @@ def rederive(
             pad = lambda key: _pad([getattr(seqs[i], key) for i in idx], width, dtype)  # noqa: E731
             log_prob = pad("current_logprobs").requires_grad_(True)  # [B, T]
             rollout = pad("sampler_logprobs")
+            old = (
+                _pad([seqs[i].old_logprobs for i in idx], width, dtype)
+                if all(seqs[i].old_logprobs is not None for i in idx)
+                else rollout
+            )
             loss, m = stable_rl_loss(
-                log_prob, rollout, rollout, pad("advantages"), pad("loss_mask"), ref.params
+                log_prob, rollout, old, pad("advantages"), pad("loss_mask"), ref.params
             )
             (grad,) = torch.autograd.grad(loss, log_prob)
             return loss.detach(), grad, (m == 0) & (pad("loss_mask") != 0)
@@ -482,11 +505,14 @@ def rederive(
         blocked_D=[np.asarray(b, dtype=bool) for b in blocks],
         source={
             "kind": "rederivation",
+            "repo": ref.revision.repo,
             "label": f"losslab re-derivation of {ref.revision.short} (formula from the "
             "reference's source as documented; pinned source not executed)",
             "effective_params": ref.params,
             "notes": list(ref.notes),
+            "text_commit": ref.framework.recorded_commit,
         },
+        resolved=ref,
         dtype=str(dtype).replace("torch.", ""),
     )
 

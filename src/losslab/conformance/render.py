@@ -27,6 +27,13 @@ def _ok(passed: bool) -> str:
 def render_preflight(report: Mapping[str, Any], console: Console | None = None) -> None:
     """One table per path: each check's errors against its tolerance, then sources and fractions."""
     console = _console(console)
+    for side, record in (report.get("provenance") or {}).items():  # first, and prominently
+        console.print(
+            f"{side}: {record['summary']}",
+            style="bold" if record.get("executed") else "bold yellow",
+            highlight=False,
+            markup=False,
+        )
     for path in report["paths"]:
         table = Table(title=f"correctness preflight: {path['id']}", box=box.SIMPLE_HEAD)
         table.add_column("check", no_wrap=True)
@@ -45,7 +52,30 @@ def render_preflight(report: Mapping[str, Any], console: Console | None = None) 
                 tol_text,
                 str(chk["violations"]),
             )
+        stress = path.get("stress")
+        if stress:
+            for name, chk in stress["checks"].items():
+                err, tol = stress["errors"][name], chk["tolerance"]
+                table.add_row(
+                    f"stress {name}",
+                    _ok(chk["passed"]),
+                    f"{err['max_abs_error']:.2e}",
+                    f"{err['relative_l2_error']:.2e}",
+                    f"{err['cosine_similarity']:.6f}",
+                    f"{tol['atol']:.0e}/{tol['rtol']:.0e}/{tol.get('min_cosine') or '-'}",
+                    str(chk["violations"]),
+                )
         console.print(table)
+        verdicts = dict(path.get("classification") or {})
+        if stress and stress.get("classification"):
+            verdicts["reference (stress fixture)"] = stress["classification"]
+        for role, verdict in verdicts.items():
+            console.print(
+                f"  {role} disagreement: {verdict['summary']}",
+                style="bold red",
+                highlight=False,
+                markup=False,
+            )
         for role, src in path["reference_sources"].items():
             line = f"  {role}: {src['label']}"
             if src.get("file_sha256"):
@@ -123,4 +153,56 @@ def render_golden(report: GoldenReport, console: Console | None = None) -> None:
     console.print(
         "golden check passed" if report.passed else "golden check FAILED",
         style="green" if report.passed else "bold red",
+    )
+
+
+def render_crosscheck(result: Mapping[str, Any], console: Console | None = None) -> None:
+    """The pairwise matrix: loss tokens whose gradient differs / gradient cosine per pair."""
+    console = _console(console)
+    for impl in result["implementations"]:
+        console.print(
+            f"{impl['name']}: {impl['provenance']['summary']}", highlight=False, markup=False
+        )
+        console.print(
+            f"    losslab configuration: {impl['losslab_config']}", highlight=False, markup=False
+        )
+    names = result["names"]
+    short = [n.replace("losslab[", "L[") for n in names]
+    table = Table(
+        title="crosscheck: loss tokens whose gradient differs (row = reference of the pair)",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("implementation", no_wrap=True)
+    for i in range(len(names)):
+        table.add_column(str(i + 1), justify="right", no_wrap=True)
+    for i, a in enumerate(names):
+        cells = []
+        for b in names:
+            cell = result["matrix"][a][b]
+            text = str(cell["tokens_differing"])
+            cells.append(f"[green]{text}[/green]" if cell["gradient_agrees"] else text)
+        table.add_row(str(i + 1), short[i], *cells)
+    console.print(table)
+    for a in names:
+        if not a.startswith("losslab["):
+            continue
+        own = a[len("losslab[") : -1]
+        cell = result["matrix"][own][a]
+        console.print(
+            f"  {a} vs {own}: {cell['tokens_differing']} tokens differ, cosine "
+            f"{cell['cosine']:.6f}, max scaled grad err {cell['max_scaled_grad_error']:.2e}",
+            highlight=False,
+            markup=False,
+        )
+    console.print(
+        f"  fixture: {result['fixture']['description']}",
+        highlight=False,
+        markup=False,
+    )
+    console.print(
+        f"  green: gradients agree (max |dg|/max(1,|g|) <= {result['grad_tol']:g}); a token "
+        f"differs when {result['token_rule']}; values compared only within one value convention",
+        highlight=False,
     )

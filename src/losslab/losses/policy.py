@@ -11,9 +11,10 @@ convention, see `reductions.py`). Conventions shared by all losses:
   Stable-RL), so r ≤ e^20 ≈ 4.9e8 and never overflows float32. The clamp bounds the VALUE only;
   the gradient passes straight through (dr/dℓ = r), so both surrogates keep the same gradient
   −A·min(r, c)·M for any log-ratio. There is no lower clamp: e^x underflows harmlessly to 0.
-* The importance ratio r is always taken against the SAMPLER log-probs, the policy that drew
-  the tokens; DPPO's `anchor` only chooses the trust region's reference (Stable-RL: "w is always
-  taken against the rollout log-prob, even in the *_recompute modes").
+* The importance ratio r is taken against the SAMPLER log-probs, the policy that drew the
+  tokens; DPPO's `anchor` only chooses the trust region's reference (Stable-RL: "w is always
+  taken against the rollout log-prob, even in the *_recompute modes"). `weight_anchor` exists
+  only to reproduce verl's non-bypass `dppo_tv`, which takes the weight against old too.
 * Inputs at masked positions are replaced by 0 with `torch.where` before anything is computed,
   so NaN/inf there never reach the loss or the gradient; an all-masked batch gives loss 0 and a
   zero gradient for every datum's log-probs.
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor
@@ -40,6 +41,18 @@ KL_EPS = 1e-8
 Surrogate = Literal["ratio", "logprob"]
 ZeroAdvantage = Literal["keep", "negative"]
 Anchor = Literal["sampler", "recomputed"]
+LogRatioGuard = Literal["upper", "both", "zero_grad", "none"]
+"""How a DPPO loss guards exp(ℓ − ℓ_a) against overflow (four conventions in the wild, team notes
+dppo_implementations.md §2.3):
+
+* "upper" (Stable-RL, losslab's default): value e^min(Δ, 20), gradient straight through (dr/dℓ = r),
+  so the gradient is −A·min(e^min(Δ,20), c).
+* "both" (verl `dppo_tv`): Δ clamped to [−20, 20] in value, gradient straight through: as "upper"
+  plus a weight floor of e^−20.
+* "zero_grad" (SkyRL `safe_exp_delta`): r = exp(clamp(Δ, −20, 20)) with torch's clamp gradient,
+  so a token with |Δ| > 20 gets NO gradient.
+* "none" (Spindle, prime-rl): r = e^Δ, which overflows to inf in float32 beyond Δ ≈ 88.7.
+"""
 
 
 @dataclass
@@ -64,6 +77,23 @@ def sampler_ratio(logprobs_T: Tensor, sampler_logprobs_T: Tensor) -> Tensor:
     log_ratio_T = logprobs_T - sampler_logprobs_T
     excess_T = (log_ratio_T - LOG_RATIO_MAX).clamp_min(0).detach()
     return torch.exp(log_ratio_T - excess_T)
+
+
+def guarded_ratio(logprobs_T: Tensor, anchor_logprobs_T: Tensor, guard: LogRatioGuard) -> Tensor:
+    """r = exp(ℓ − ℓ_a) under one of the `LogRatioGuard` conventions (value and gradient)."""
+    log_ratio_T = logprobs_T - anchor_logprobs_T
+    if guard == "upper":
+        return sampler_ratio(logprobs_T, anchor_logprobs_T)
+    if guard == "both":
+        clamped_T = log_ratio_T.clamp(-LOG_RATIO_MAX, LOG_RATIO_MAX)
+        return torch.exp(log_ratio_T - (log_ratio_T - clamped_T).detach())
+    if guard == "zero_grad":
+        return torch.exp(log_ratio_T.clamp(-LOG_RATIO_MAX, LOG_RATIO_MAX))
+    if guard == "none":
+        return torch.exp(log_ratio_T)
+    raise ValueError(
+        f"log_ratio_guard={guard!r}: expected one of {', '.join(get_args(LogRatioGuard))}"
+    )
 
 
 def trust_region(
@@ -112,6 +142,8 @@ def policy_gradient(
     m_T, a_T = tokens.mask_T, tokens.advantages_T
     kept_T = keep_T.to(ratio_T.dtype)
     if surrogate == "ratio":
+        if math.isinf(clip_ratio_c):  # no cap: weight 1 (also where an unguarded r is inf)
+            return -a_T * ratio_T * kept_T * m_T
         weight_T = (clip_ratio_c / ratio_T).clamp(max=1.0).detach()  # sg(min(1, c/r))
         return -a_T * ratio_T * weight_T * kept_T * m_T
     return -a_T * ratio_T.clamp(max=clip_ratio_c).detach() * kept_T * m_T * tokens.logprobs_T
@@ -341,13 +373,27 @@ def _dppo_output(
     clip_ratio_c: float,
     reduction: Reduction,
     counts: dict[str, float | None],
+    *,
+    weight_anchor: Anchor = "sampler",
+    log_ratio_guard: LogRatioGuard = "upper",
+    kl_tau: float = 0.0,
 ) -> LossOutput:
     """The DPPO loss once its trust-region mask is known: the masked IS policy gradient with the
-    weight against the sampler, plus `dppo/mask_fraction` (the gate's name for the clip share)."""
-    ratio_T = sampler_ratio(t.logprobs_T, t.sampler_logprobs_T)
+    weight against `weight_anchor` under `log_ratio_guard`, plus prime-rl's optional
+    kl_tau·(ℓ − ℓ_s)² on every loss token (masked and A = 0 ones included).
+
+    Metrics: `dppo/mask_fraction` is the share of ALL loss tokens the mask dropped (A = 0 tokens
+    count when `zero_adv="negative"` drops them, although their loss is 0 anyway);
+    `dppo/mask_fraction_nonzero_adv` leaves A = 0 tokens out of numerator and denominator, as
+    Stable-RL's `pg_clipfrac` does: the activation gate reads this one."""
+    weight_logprobs_T = _anchor_logprobs(t, weight_anchor)
+    ratio_T = guarded_ratio(t.logprobs_T, weight_logprobs_T, log_ratio_guard)
     loss_T = policy_gradient(t, ratio_T, keep_T, surrogate, clip_ratio_c)
+    if kl_tau:
+        loss_T = loss_T + kl_tau * (t.logprobs_T - t.sampler_logprobs_T) ** 2 * t.mask_T
     out = _output(t, loss_T, keep_T, anchor_T, reduction, counts)
     out.metrics["dppo/mask_fraction"] = out.metrics["loss/clip_fraction"]
+    out.metrics["dppo/mask_fraction_nonzero_adv"] = out.metrics["loss/clip_fraction_nonzero_adv"]
     return out
 
 
@@ -357,7 +403,10 @@ def dppo_binary_tv(
     low: float = 0.15,
     high: float = 0.15,
     anchor: Anchor = "sampler",
+    weight_anchor: Anchor = "sampler",
     clip_ratio_c: float = 10.0,
+    log_ratio_guard: LogRatioGuard = "upper",
+    kl_tau: float = 0.0,
     surrogate: Surrogate = "ratio",
     zero_adv: ZeroAdvantage = "negative",
     reduction: Reduction = "sum",
@@ -375,13 +424,25 @@ def dppo_binary_tv(
 
     Args:
         low, high: TV thresholds for decreasing / increasing p (paper/verl example: 0.15).
-        anchor: "sampler" (rollout log-probs, the paper's choice) or "recomputed" (old
-            log-probs, Stable-RL's `*_recompute` and verl's `dppo_tv`). The weight r stays
-            against the sampler either way.
+        anchor: the MASK's anchor: "sampler" (rollout log-probs, the paper's choice) or
+            "recomputed" (old log-probs). With `weight_anchor="sampler"` (the default) this is
+            Stable-RL's `*_recompute` (mask against old, weight against rollout). verl's
+            `dppo_tv` without bypass mode is NOT that: it takes both against old, which is
+            `anchor="recomputed", weight_anchor="recomputed"` (and `log_ratio_guard="both"`).
+        weight_anchor: the importance weight's anchor, "sampler" (every framework in bypass /
+            rollout mode) or "recomputed" (verl non-bypass; SkyRL without rollout log-probs).
+            Do not change it to reproduce Stable-RL: its weight is always against the rollout.
         clip_ratio_c: cap c on the importance weight (Stable-RL code default and the plan's
-            pinned revision: 10). Use inf to reproduce Spindle/SkyRL, which have no cap.
+            pinned revision: 10; verl code 20, verl ActorConfig 3.0). Use inf to reproduce
+            Spindle, SkyRL and prime-rl, which have no cap.
+        log_ratio_guard: see `LogRatioGuard`: "upper" (Stable-RL), "both" (verl), "zero_grad"
+            (SkyRL), "none" (Spindle, prime-rl). Only tokens with |ℓ − ℓ_a| > 20 differ; do not
+            use "none" for training, its gradient overflows.
+        kl_tau: coefficient of prime-rl's extra kl_tau·(ℓ − ℓ_s)² on every loss token (prime-rl
+            `DefaultLossConfig` default 1e-3); 0 (default) is the paper's DPPO without it.
         surrogate: "ratio" (value −A·min(r,c)·M) or "logprob" (Stable-RL's value).
-        zero_adv: "negative" (Stable-RL) or "keep" (Spindle never masks A = 0); diagnostics only.
+        zero_adv: "negative" (Stable-RL, verl, prime-rl) or "keep" (Spindle, SkyRL never mask
+            A = 0); diagnostics only.
     """
     t = pack(batch)
     anchor_T = _anchor_logprobs(t, anchor)
@@ -394,7 +455,8 @@ def dppo_binary_tv(
         zero_adv=zero_adv,
     )
     counts = dict(num_tokens=num_tokens, num_sequences=num_sequences, norm_constant=norm_constant)
-    return _dppo_output(t, keep_T, anchor_T, surrogate, clip_ratio_c, reduction, counts)
+    knobs = dict(weight_anchor=weight_anchor, log_ratio_guard=log_ratio_guard, kl_tau=kl_tau)
+    return _dppo_output(t, keep_T, anchor_T, surrogate, clip_ratio_c, reduction, counts, **knobs)
 
 
 def dppo_binary_kl(
@@ -403,7 +465,10 @@ def dppo_binary_kl(
     low: float = 0.05,
     high: float = 0.05,
     anchor: Anchor = "sampler",
+    weight_anchor: Anchor = "sampler",
     clip_ratio_c: float = 10.0,
+    log_ratio_guard: LogRatioGuard = "upper",
+    kl_tau: float = 0.0,
     surrogate: Surrogate = "ratio",
     zero_adv: ZeroAdvantage = "negative",
     reduction: Reduction = "sum",
@@ -437,4 +502,5 @@ def dppo_binary_kl(
         zero_adv=zero_adv,
     )
     counts = dict(num_tokens=num_tokens, num_sequences=num_sequences, norm_constant=norm_constant)
-    return _dppo_output(t, keep_T, anchor_T, surrogate, clip_ratio_c, reduction, counts)
+    knobs = dict(weight_anchor=weight_anchor, log_ratio_guard=log_ratio_guard, kl_tau=kl_tau)
+    return _dppo_output(t, keep_T, anchor_T, surrogate, clip_ratio_c, reduction, counts, **knobs)

@@ -16,7 +16,11 @@ gradient (the re-batching bugs of TRL #6024 and verl #7321 are exactly a missing
 Defaults when a count is not given (this batch only, so minibatches will NOT sum to the full
 batch): N = loss tokens here, G = datums here with at least one loss token (verl), C = the
 largest number of loss tokens in one datum here. `seq-mean-token-sum-norm` divides by C only,
-as verl/Stable-RL do (no 1/G): set C to the sampler's max_tokens for Dr. GRPO's constant
+as Stable-RL's `agg_loss` does (Stable-RL c6af1d11 core_algos.py:1073-1077, no 1/G). verl's
+current `agg_loss` (verl 1dda039b core_algos.py:1181-1193) and SkyRL
+(`advantages / (batch_size * max_seq_len)`) divide by G·C instead: to reproduce them set
+C = G·max_len. Both default C to the PADDED width (`loss_mask.shape[-1]`), not to the
+largest loss-token count used here. Set C to the sampler's max_tokens for Dr. GRPO's constant
 (Liu et al. 2025, "Understanding R1-Zero-Like Training"). Zero local counts (an all-masked
 batch) divide by 1: the summed loss is 0 there anyway.
 """

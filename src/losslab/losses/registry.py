@@ -38,7 +38,7 @@ LOSS_NAMES: tuple[str, ...] = tuple(_LOSSES)
 
 _CALL_TIME = ("num_tokens", "num_sequences")  # global counts change per minibatch: not config
 _ALIASES = {"clip_low": "clip_low_threshold", "clip_high": "clip_high_threshold"}
-_NON_NEGATIVE = {"clip_low_threshold", "clip_high_threshold", "low", "high", "beta"}
+_NON_NEGATIVE = {"clip_low_threshold", "clip_high_threshold", "low", "high", "beta", "kl_tau"}
 _ORDERED = {"ppo", "cispo"}  # Spindle: 0 <= low <= high
 
 

@@ -62,9 +62,11 @@ class GateMetric:
 GATE_METRICS: dict[str, GateMetric] = {
     "dppo_masked_token_fraction": GateMetric(
         "fraction",
-        "share of loss tokens the treatment loss's mask (its loss/clip_fraction) zeroed at the "
-        "last minibatch update of each pilot step, mean over pilot steps",
-        logged_key="loss/clip_fraction",
+        "share of the loss tokens with A != 0 that the treatment loss's mask zeroed (its "
+        "dppo/mask_fraction_nonzero_adv: A = 0 tokens left out, as Stable-RL's pg_clipfrac; "
+        "the all-token share stays in metrics.jsonl as loss/clip_fraction) at the last "
+        "minibatch update of each pilot step, mean over pilot steps",
+        logged_key="dppo/mask_fraction_nonzero_adv",
     ),
     "policy_drift_abs_p_q90": GateMetric(
         "nonnegative",

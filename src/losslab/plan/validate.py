@@ -247,6 +247,7 @@ class _Checker:
         self.check_features()
         self.check_arms()
         self.check_losses()
+        self.errors.extend(recomputed_anchor_problems(self.d))
         self.check_batch_relations()
         self.check_preflight()
         self.check_gate()
@@ -723,6 +724,38 @@ class _Absent:
 
 
 _ABSENT = _Absent()
+
+
+def recomputed_anchor_problems(data: Mapping[str, Any]) -> list[Problem]:
+    """Refuse a plan whose loss needs recomputed old log-probs (`*_recompute` modes, an
+    `anchor`/`weight_anchor` of "recomputed"): the engine trains on sampler log-probs only and
+    never computes old ones, so such a loss would fail in the preflight and could not train.
+    The problem names the JSON field that asks for it."""
+    problems = []
+    paths = _list(_dict(data.get("correctness_preflight")).get("paths"))
+    for j, path in enumerate(paths):
+        rev = _dict(path).get("reference_revision")
+        if isinstance(rev, str) and "_recompute" in rev:
+            problems.append(
+                Problem(
+                    f"correctness_preflight.paths[{j}].reference_revision",
+                    "asks for a *_recompute loss_mode (trust region against recomputed old "
+                    "log-probs); losslab's engine trains on sampler log-probs only and never "
+                    "computes old ones, so the preflight could not check it and the arm could "
+                    "not train; pin the rollout-anchored mode (e.g. loss_mode='dppo_binary_tv')",
+                )
+            )
+    for i, arm in enumerate(_list(data.get("arms"))):
+        loss = _dict(arm).get("loss")
+        if isinstance(loss, str) and re.search(r"\b(weight_)?anchor\s*=\s*['\"]?recomputed", loss):
+            problems.append(
+                Problem(
+                    f"arms[{i}].loss",
+                    f"{loss!r} anchors on recomputed old log-probs, which the engine never "
+                    "computes; use anchor=sampler",
+                )
+            )
+    return problems
 
 
 def _show_abs(value: Any) -> str:

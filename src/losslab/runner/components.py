@@ -244,14 +244,21 @@ class DefaultComponents:
         cp = self.plan.correctness_preflight
         if cp is None or not cp.paths:
             return _not_applicable("the plan has no correctness_preflight paths")
-        try:  # the plan object and the loss objects the arms train: one source of truth
-            report = run_preflight(self.plan, losses=self.losses)
+        # the plan object and the loss objects the arms train: one source of truth. Pinned
+        # sources are fetched; where they cannot be had (offline, no cache) the run goes on with
+        # the labelled re-derivation, which preflight.json's `provenance` states ("pinned source
+        # NOT executed"); `losslab preflight` is the strict check
+        try:
+            report = run_preflight(self.plan, losses=self.losses, allow_rederivation=True)
         except PreflightError as e:
             raise RunError(f"correctness preflight could not run: {e}") from e
         rows = []
         for path in report["paths"]:
-            for name, chk in path["checks"].items():
-                err = path["errors"].get(name, {})
+            stress = path.get("stress") or {"checks": {}, "errors": {}}
+            checks = {**path["checks"], **{f"stress_{k}": v for k, v in stress["checks"].items()}}
+            errors = {**path["errors"], **{f"stress_{k}": v for k, v in stress["errors"].items()}}
+            for name, chk in checks.items():
+                err = errors.get(name, {})
                 tol = chk.get("tolerance", {})
                 rows.append(
                     {

@@ -1,0 +1,128 @@
+"""Name the convention behind a failed check: which single change to our loss makes it pass.
+
+When a preflight check fails, `classify` re-runs our loss with one known convention alternative
+at a time (IS cap, thresholds, mask anchor, weight anchor, log-ratio guard, zero-advantage
+branch, value form, reduction, prime-rl's KL term, and the sign) and keeps those under which
+BOTH the value and the gradient check pass, e.g. "matches if clip_ratio_c = 3.0 (verl and
+Stable-RL ActorConfig default)". The alternatives and where each convention comes from are
+the team notes' (dppo_implementations.md §2.3); nothing is fitted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from losslab.conformance.fixtures import Fixture
+from losslab.conformance.metrics import Tolerance, check_tolerance
+from losslab.conformance.ours import run_ours
+
+# (parameter, value, where the convention comes from)
+ALTERNATIVES: tuple[tuple[str, Any, str], ...] = (
+    ("clip_ratio_c", 3.0, "verl and Stable-RL ActorConfig default"),
+    ("clip_ratio_c", 10.0, "Stable-RL code fallback"),
+    ("clip_ratio_c", 20.0, "verl dppo_tv code fallback"),
+    ("clip_ratio_c", 1e4, "verl DPPO example script"),
+    ("clip_ratio_c", math.inf, "no cap: SkyRL, prime-rl, Spindle"),
+    ("thresholds", 0.1, "Spindle tv_threshold default"),
+    ("thresholds", 0.15, "paper and verl DPPO example"),
+    ("thresholds", 0.2, "SkyRL DPPOConfig, prime-rl DefaultLossConfig, verl ActorConfig"),
+    ("anchor", "sampler", "mask against the rollout (paper, Stable-RL, SkyRL, prime-rl)"),
+    ("anchor", "recomputed", "mask against recomputed old (Stable-RL *_recompute, verl)"),
+    ("weight_anchor", "sampler", "IS weight against the rollout (Stable-RL, verl bypass)"),
+    ("weight_anchor", "recomputed", "IS weight against old (verl non-bypass)"),
+    ("log_ratio_guard", "upper", "Stable-RL: exp(min(log r, 20))"),
+    ("log_ratio_guard", "both", "verl: log r clamped to [-20, 20]"),
+    ("log_ratio_guard", "zero_grad", "SkyRL safe_exp_delta: no gradient past |log r| = 20"),
+    ("log_ratio_guard", "none", "Spindle, prime-rl: no guard"),
+    ("kl_tau", 1e-3, "prime-rl DefaultLossConfig kl_tau"),
+    ("zero_adv", "negative", "Stable-RL: A = 0 takes the A <= 0 branch"),
+    ("zero_adv", "keep", "Spindle/SkyRL: A = 0 never masked"),
+    ("surrogate", "logprob", "value form -A*sg(w)*M*logp (Stable-RL, verl)"),
+    ("surrogate", "ratio", "value form -A*min(r,c)*M (SkyRL, prime-rl, Spindle)"),
+    ("reduction", "sum", "Tinker / Spindle / SkyRL plain sum"),
+    ("reduction", "token-mean", "verl/Stable-RL token-mean over this batch"),
+    ("reduction", "seq-mean-token-sum", "verl seq-mean-token-sum"),
+    ("reduction", "seq-mean-token-mean", "verl seq-mean-token-mean"),
+    ("reduction", "seq-mean-token-sum-norm", "Dr. GRPO constant normaliser"),
+    ("clip_low_threshold", 0.8, "Tinker/Spindle ppo default (eps 0.2)"),
+    ("clip_high_threshold", 1.2, "Tinker/Spindle ppo default (eps 0.2)"),
+    ("clip_high_threshold", 1.28, "DAPO clip-higher (eps_high 0.28)"),
+    ("sign", -1.0, "the loss negated (a sign error on one side)"),
+)
+
+
+@dataclass(frozen=True)
+class _Negated:
+    """Our loss with its sign flipped (value and gradient)."""
+
+    inner: Any
+
+    def __call__(self, batch: Any) -> Any:
+        out = self.inner(batch)
+        out.loss = -out.loss
+        return out
+
+
+def _with(fn: Any, key: str, value: Any) -> Any | None:
+    """`fn` (a registry LossFn) with one change, or None when it does not apply."""
+    from losslab.losses import get_loss
+
+    if key == "sign":
+        return _Negated(fn)
+    params = getattr(fn, "params", None)
+    if params is None:
+        return None
+    keys = ("low", "high") if key == "thresholds" else (key,)
+    if any(k not in params for k in keys) or all(params[k] == value for k in keys):
+        return None
+    try:
+        return get_loss(fn.name, **{**params, **{k: value for k in keys}})
+    except ValueError:
+        return None  # not a valid combination (e.g. a cap on Tinker's clipped ppo)
+
+
+def classify(
+    loss_fn: Any,
+    value_fn: Any,
+    reference: Any,
+    fixture: Fixture,
+    tolerances: Mapping[str, Tolerance],
+) -> dict[str, Any]:
+    """Try each alternative on our side; return the ones under which both checks pass.
+
+    Args:
+        loss_fn, value_fn: our loss as trained and in the reference's value convention.
+        reference: the `ReferenceResult` the checks failed against.
+        tolerances: {"loss": Tolerance, "gradient": Tolerance} of the failed path.
+    """
+    matches, tried = [], 0
+    for key, alt, why in ALTERNATIVES:
+        if key == "surrogate":  # the value form: the gradient is the same by construction
+            grad_fn, val_fn = loss_fn, _with(value_fn, key, alt)
+        else:
+            grad_fn, val_fn = _with(loss_fn, key, alt), _with(value_fn, key, alt)
+        if grad_fn is None or val_fn is None:
+            continue
+        tried += 1
+        loss_value, _, _ = run_ours(val_fn, fixture)
+        _, grads, _ = run_ours(grad_fn, fixture)
+        loss_ok = check_tolerance(loss_value, reference.loss, tolerances["loss"]).passed
+        grad_ok = check_tolerance(grads, reference.grad_D, tolerances["gradient"]).passed
+        if loss_ok and grad_ok:
+            shown = "inf" if alt == math.inf else alt
+            label = "the sign flipped" if key == "sign" else f"{key} = {shown}"
+            matches.append(
+                {"change": label, "because": why, "summary": f"matches if {label}: {why}"}
+            )
+    return {
+        "tried": tried,
+        "matches": matches,
+        "summary": (
+            "; ".join(m["summary"] for m in matches)
+            if matches
+            else f"no single convention change (of {tried} tried) makes it pass"
+        ),
+    }

@@ -1,0 +1,206 @@
+"""verl-project/verl `compute_policy_loss_dppo_tv` / `_dppo_kl` (verl's own DPPO-Binary-TV/KL).
+
+Layout: zero-padded [B, T] rows; the function sees only `old_log_prob` and takes BOTH the mask
+and the importance weight against it (core_algos.py at 1dda039b, lines 1412-1428). verl's
+trainer feeds it the rollout log-probs in bypass mode (`bypass_mode=True`, the verl DPPO
+example) and recomputed old log-probs otherwise; the revision's `bypass_mode` says which
+(default: `RolloutCorrectionConfig.bypass_mode`, False). `rollout_is_weights` is None (no
+rollout correction configured).
+
+Effective defaults come from verl's `ActorConfig` (verl/workers/config/actor.py): the function
+has no fallbacks of its own except `config.get("clip_ratio_c", 20.0)`, which a real ActorConfig
+never reaches (it defaults c to 3.0). So `clip_ratio=0.15` alone leaves clip_ratio_low/high at
+ActorConfig's 0.2, as in a real verl run. Value convention −A·sg(min(r, c))·M·ℓ ("logprob");
+aggregation `agg_loss` (token-mean with batch_num_tokens=1 = a masked sum, unless given).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from losslab.conformance.frameworks import Framework, LosslabConfig, class_defaults
+from losslab.plan import RevisionError
+
+REPO = "verl-project/verl"
+COMMIT = "1dda039b9c6311889a9c9a26040677e1254814f9"
+ACTOR_KEYS = ("clip_ratio", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "loss_agg_mode")
+KEYS = (*ACTOR_KEYS, "global_batch_info", "bypass_mode")
+AGG_MODES = (
+    "token-mean",
+    "token-sum",
+    "seq-mean-token-sum",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum-norm",
+)
+
+
+def read_defaults(files: Any) -> dict[str, Any]:
+    out = class_defaults(files, "verl/workers/config/actor.py", "ActorConfig", ACTOR_KEYS)
+    out.update(
+        class_defaults(
+            files, "verl/trainer/config/algorithm.py", "RolloutCorrectionConfig", ("bypass_mode",)
+        )
+    )
+    return out
+
+
+def _number(revision: Any, key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise RevisionError(f"revision {revision.text!r}: {key} = {value!r}; expected a number")
+    return float(value)
+
+
+def resolve(revision: Any, defaults: dict[str, Any], origin: str) -> Any:
+    from losslab.conformance.references import TINKER_SUM_BATCH_INFO, ResolvedReference
+
+    kw = dict(revision.kwargs)
+    unknown = set(kw) - set(KEYS)
+    if unknown:
+        raise RevisionError(
+            f"revision {revision.text!r}: unknown arguments {sorted(unknown)}; verl "
+            f"{revision.function} takes the config fields {list(KEYS)}"
+        )
+    if revision.clip_bounds is not None:
+        raise RevisionError(
+            f"revision {revision.text!r}: 'clip LO/HI' is a ratio bound; verl dppo_tv takes TV "
+            "thresholds clip_ratio_low/clip_ratio_high"
+        )
+    notes = []
+    eff = {}
+    for key in (*ACTOR_KEYS, "bypass_mode"):
+        if key in kw:
+            eff[key] = kw[key]
+        else:
+            eff[key] = defaults[key]
+            notes.append(f"{key} not given: {defaults[key]!r}, the config default ({origin})")
+    if "clip_ratio" in kw and ("clip_ratio_low" not in kw or "clip_ratio_high" not in kw):
+        notes.append(
+            "clip_ratio is set but clip_ratio_low/high are not: verl reads clip_ratio only when "
+            "they are None, and ActorConfig gives them values, so the thresholds are "
+            f"{eff['clip_ratio_low']}/{eff['clip_ratio_high']}"
+        )
+    agg = eff["loss_agg_mode"]
+    if agg not in AGG_MODES:
+        raise RevisionError(
+            f"revision {revision.text!r}: loss_agg_mode = {agg!r}; expected one of {list(AGG_MODES)}"
+        )
+    info = kw.get("global_batch_info")
+    if info is None:
+        info = dict(TINKER_SUM_BATCH_INFO) if agg == "token-mean" else {}
+    if not isinstance(info, Mapping):
+        raise RevisionError(
+            f"revision {revision.text!r}: global_batch_info = {info!r}; expected a dict"
+        )
+    if not isinstance(eff["bypass_mode"], bool):
+        raise RevisionError(
+            f"revision {revision.text!r}: bypass_mode = {eff['bypass_mode']!r}; expected True/False"
+        )
+    params = {
+        "loss_mode": "dppo_kl" if revision.function.endswith("_kl") else "dppo_tv",
+        "clip_ratio": _number(revision, "clip_ratio", eff["clip_ratio"]),
+        "clip_ratio_low": _number(revision, "clip_ratio_low", eff["clip_ratio_low"]),
+        "clip_ratio_high": _number(revision, "clip_ratio_high", eff["clip_ratio_high"]),
+        "clip_ratio_c": _number(revision, "clip_ratio_c", eff["clip_ratio_c"]),
+        "loss_agg_mode": agg,
+        "global_batch_info": dict(info),
+        "bypass_mode": eff["bypass_mode"],
+    }
+    return ResolvedReference(revision, "verl", params, tuple(notes), value_convention="logprob")
+
+
+def losslab_config(ref: Any, fixture: Any = None) -> LosslabConfig:
+    from losslab.conformance.frameworks.stable_rl import _reduction
+
+    p = ref.params
+    if p["loss_agg_mode"] == "token-sum":
+        red, notes = {"reduction": "sum"}, []
+    elif p["loss_agg_mode"] == "seq-mean-token-sum-norm":
+        return LosslabConfig(
+            None,
+            reason="verl seq-mean-token-sum-norm divides by G*C; losslab's divides by C only "
+            "(set norm_constant = G*C by hand for one fixed batch)",
+        )
+    else:
+        red, notes = _reduction(p, fixture)
+    if not red:
+        return LosslabConfig(None, reason="; ".join(notes))
+    anchor = "sampler" if p["bypass_mode"] else "recomputed"
+    params = {
+        "low": p["clip_ratio_low"],
+        "high": p["clip_ratio_high"],
+        "anchor": anchor,
+        "weight_anchor": anchor,  # verl takes the weight against old as well as the mask
+        "clip_ratio_c": p["clip_ratio_c"],
+        "log_ratio_guard": "both",
+        "zero_adv": "negative",
+        **red,
+    }
+    loss = "dppo_binary_kl" if p["loss_mode"] == "dppo_kl" else "dppo_binary_tv"
+    return LosslabConfig(loss, params, {"surrogate": "logprob"}, tuple(notes))
+
+
+def call_reference(fn: Any, payload: dict[str, Any], space: dict[str, Any], rt: Any) -> dict:
+    """Padded call of verl `compute_policy_loss_dppo_tv` (runs in pinned_runner)."""
+    import torch
+
+    seqs, p = payload["sequences"], payload["params"]
+    width = max(len(s["sampler_logprobs"]) for s in seqs)
+    keys = ("clip_ratio", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "loss_agg_mode")
+    config = rt.Config({**{k: p[k] for k in keys}, "global_batch_info": p["global_batch_info"]})
+
+    def run(idx: list[int]) -> tuple[Any, Any, dict[str, float]]:
+        rows = [seqs[i] for i in idx]
+        log_prob = rt.pad([r["current_logprobs"] for r in rows], width).requires_grad_(True)
+        anchor_key = "sampler_logprobs" if p["bypass_mode"] else "old_logprobs"
+        old = rt.pad([r.get(anchor_key) or r["sampler_logprobs"] for r in rows], width)
+        mask = rt.pad([r["loss_mask"] for r in rows], width)
+        adv = mask * torch.tensor([r["advantage"] for r in rows], dtype=torch.float32)[:, None]
+        loss, metrics = fn(
+            old_log_prob=old,
+            log_prob=log_prob,
+            advantages=adv,
+            response_mask=mask,
+            loss_agg_mode=p["loss_agg_mode"],
+            config=config,
+            rollout_is_weights=None,
+        )
+        (grad,) = torch.autograd.grad(loss, log_prob)
+        native = {k: float(v) for k, v in dict(metrics).items() if isinstance(v, (int, float))}
+        return loss, grad, native
+
+    loss, grad, native = run(list(range(len(seqs))))
+    per_seq = [float(run([i])[0]) for i in range(len(seqs))]
+    return {
+        "loss": float(loss),
+        "per_sequence_loss": per_seq,
+        "native_metrics": native,
+        "grad_D": [grad[i, : len(s["sampler_logprobs"])].tolist() for i, s in enumerate(seqs)],
+    }
+
+
+FRAMEWORK = Framework(
+    name="verl",
+    repo=REPO,
+    functions=("compute_policy_loss_dppo_tv", "compute_policy_loss_dppo_kl"),
+    resolve=resolve,
+    call_reference=call_reference,
+    losslab_config=losslab_config,
+    value_convention="logprob",
+    aggregation="verl agg_loss (token-mean with batch_num_tokens=1: a masked sum)",
+    read_defaults=read_defaults,
+    recorded_defaults={
+        "clip_ratio": 0.2,
+        "clip_ratio_low": 0.2,
+        "clip_ratio_high": 0.2,
+        "clip_ratio_c": 3.0,
+        "loss_agg_mode": "token-mean",
+        "bypass_mode": False,
+    },
+    recorded_commit=COMMIT,
+    example_revisions=(
+        f"{REPO}@{COMMIT}:verl/trainer/ppo/core_algos.py::compute_policy_loss_dppo_tv("
+        "clip_ratio_low=0.15, clip_ratio_high=0.15, clip_ratio_c=10, bypass_mode=True)",
+    ),
+)
