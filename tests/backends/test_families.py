@@ -139,3 +139,36 @@ def test_training_state_and_restoration(service, tiny_dirs, arch, tmp_path):
     report = restoration_preflight(service, base_model=base, rank=4, seed=0, arms=arms)
     assert report["passed"], report["problems"]
     assert report["logprobs"]["bitwise_equal"] is True
+
+
+def test_qwen3_5_hub_layout_loads_its_language_model(service, tmp_path):
+    """`Qwen/Qwen3.5-2B` on the hub is a `Qwen3_5ForConditionalGeneration` checkpoint (model
+    type `qwen3_5`, text + vision configs). The local backend loads its language model
+    (`Qwen3_5ForCausalLM`) with the checkpoint's own weights, and samples from it."""
+    import transformers
+
+    from losslab.backends.local.tiny import make_tiny_tokenizer, tiny_config
+
+    tok = make_tiny_tokenizer()
+    text = tiny_config("qwen3_5", len(tok), tok.convert_tokens_to_ids("<|im_end|>"))
+    vision = transformers.Qwen3_5VisionConfig(
+        depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32
+    )
+    config = transformers.Qwen3_5Config(
+        text_config=text.to_dict(), vision_config=vision.to_dict(), tie_word_embeddings=True
+    )
+    torch.manual_seed(0)
+    vlm = transformers.Qwen3_5ForConditionalGeneration(config)
+    vlm.save_pretrained(str(tmp_path / "vlm"))
+    tok.save_pretrained(str(tmp_path / "vlm"))
+    tc = service.create_lora_training_client(str(tmp_path / "vlm"), rank=4, seed=0).result()
+    lm = tc._model.get_base_model()
+    assert type(lm).__name__ == "Qwen3_5ForCausalLM"
+    want = vlm.model.language_model.layers[0].linear_attn.in_proj_qkv.weight
+    got = lm.model.layers[0].linear_attn.in_proj_qkv.base_layer.weight
+    assert torch.equal(want, got)  # the checkpoint's weights, not a fresh initialisation
+    s = tc.save_weights_and_get_sampling_client().result()
+    seq = s.sample(_mi(PROMPTS[0]), 1, types.SamplingParams(max_tokens=4, seed=0)).result()
+    tokens = seq.sequences[0].tokens
+    scored = s.compute_logprobs(_mi(PROMPTS[0] + tokens)).result()
+    assert _max_diff(scored[len(PROMPTS[0]) :], seq.sequences[0].logprobs) <= 1e-5
