@@ -300,6 +300,13 @@ def run(
         help="Folder with the task's data (GSM8K: train.jsonl and test.jsonl) when the "
         "Hugging Face hub is out of reach; offline tasks ignore it.",
     ),
+    rehearse: bool = typer.Option(
+        False,
+        "--rehearse",
+        help="Dress rehearsal: every phase of PLAN at toy scale on the CPU, on a random model "
+        "of the plan's architecture (minutes). Catches crashes before GPU hours are spent; "
+        "its verdict is not evidence and its run directory cannot be resumed as a real run.",
+    ),
 ) -> None:
     """Run PLAN end to end (preflights, pilot, gate, both arms, evaluation, verdict, report).
 
@@ -329,6 +336,7 @@ def run(
             force=force,
             quiet=quiet,
             data=Path(data) if data else None,
+            rehearse=rehearse,
         )
     except PlanError as e:
         typer.echo(f"error: plan {plan} is not valid:\n{e}", err=True)
