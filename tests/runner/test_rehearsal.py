@@ -1,0 +1,84 @@
+"""`losslab run --rehearse`: the plan's every phase at toy scale, marked REHEARSAL everywhere."""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+from pathlib import Path
+
+import pytest
+
+from losslab.runner import ResumeRefused, run_plan
+from losslab.runner.rehearsal import RehearsalComponents, RehearsalScale
+from losslab.runner.rundir import RunDir
+
+REPO = Path(__file__).resolve().parents[2]
+GSM8K_PLAN = REPO / "examples" / "gsm8k_dppo_vs_grpo.json"
+ARITHMETIC_PLAN = REPO / "examples" / "arithmetic_dppo_vs_grpo_local.json"
+TINY_SCALE = RehearsalScale(
+    rollout_steps=1,
+    pilot_steps=1,
+    groups_per_batch=1,
+    group_size=2,
+    max_tokens=3,
+    eval_max_tokens=3,
+    eval_items=2,
+)
+
+
+def test_gsm8k_plan_rehearses_a_shrunk_qwen3_5(tmp_path, shared_dir):
+    """Offline, the plan's Qwen/Qwen3.5-2B becomes transformers' Qwen3_5TextConfig defaults,
+    shrunk to one period of its layer pattern: 3 Gated-DeltaNet layers, then full attention."""
+    comp = RehearsalComponents(GSM8K_PLAN, "local", data=shared_dir / "gsm8k", model_cache=tmp_path)
+    m = comp.model
+    assert m["model_type"] == "qwen3_5_text" and "Qwen3_5TextConfig defaults" in m["architecture"]
+    assert m["layer_types"] == ["linear_attention"] * 3 + ["full_attention"]
+    assert m["hidden_size"] == 32 and "byte-level ChatML" in m["tokenizer"]
+    plan = comp.plan  # the toy schedule; everything else is the plan's
+    assert (plan.rollout_steps, plan.steps, plan.eval.n_examples) == (2, 4, 8)
+    assert plan.engine.local_base_model == m["path"] and plan.lora_rank == 32
+    assert [a.loss for a in plan.arms] == [a.loss for a in comp.full_plan.arms]
+    assert comp.schedule.steps == 2 and comp.schedule.pilot_steps == 1
+    cost = comp.rehearsal["cost_projection"]  # the real plan's cost, prompts measured on GSM8K
+    assert cost["available"] and cost["prompt"]["items"] == 256
+    assert cost["budget_gpu_hours"] == 2.0 and cost["budget_wall_minutes"] == 120
+
+
+def test_rehearsal_runs_every_phase_and_is_marked(tmp_path):
+    factory = partial(RehearsalComponents, scale=TINY_SCALE, model_cache=tmp_path / "models")
+    out = tmp_path / "run"
+    result = run_plan(
+        ARITHMETIC_PLAN, out=out, quiet=True, components_factory=factory, rehearse=True
+    )
+    manifest = json.loads((out / "manifest.json").read_text())
+    phases = {k: v["status"] for k, v in manifest["phases"].items()}
+    expected = {"preflight", "restoration", "pilot", "feasibility", "gate", "arms"}
+    assert expected | {"evaluation", "decision", "report"} <= set(phases)
+    assert set(phases.values()) <= {"done", "forced"}  # a failed check is recorded, not a stop
+    assert manifest["rehearsal"]["model"]["model_type"] == "llama"  # SmolLM2's architecture
+    assert "REHEARSAL" in (out / "REHEARSAL.txt").read_text()
+    for name in ("preflight.json", "restoration.json", "feasibility.json", "verdict.json"):
+        assert "NOT evidence" in json.loads((out / name).read_text())["REHEARSAL"]
+    assert "NOT evidence" in json.loads((out / "pilot" / "gate.json").read_text())["REHEARSAL"]
+    assert result.verdict["evidence"] is False
+    rows = [json.loads(line) for line in (out / "eval_grpo_seed0.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all(r["rehearsal"] is True for r in rows)
+    html = (out / "report.html").read_text()
+    assert "<h1>REHEARSAL (not evidence):" in html and 'id="rehearsal"' in html
+    assert "Cost projection of the real plan" in html
+    # a rehearsal directory can never become a real run
+    with pytest.raises(ResumeRefused, match="REHEARSAL"):
+        run_plan(ARITHMETIC_PLAN, resume=out, quiet=True)
+
+
+def test_a_real_run_directory_cannot_be_resumed_as_a_rehearsal(tmp_path):
+    RunDir.create(tmp_path / "real", ARITHMETIC_PLAN, backend="local", force=False)
+    factory = partial(RehearsalComponents, scale=TINY_SCALE, model_cache=tmp_path / "models")
+    with pytest.raises(ResumeRefused, match="holds a real run"):
+        run_plan(
+            ARITHMETIC_PLAN,
+            resume=tmp_path / "real",
+            quiet=True,
+            components_factory=factory,
+            rehearse=True,
+        )
