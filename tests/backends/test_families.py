@@ -18,6 +18,7 @@ from losslab.backends.local.tiny import TINY_ARCHS
 from losslab.backends.restoration import restoration_preflight
 
 from .conftest import rl_batch
+from .test_local_training import _ppo_custom
 from .test_restoration import ARMS as arms
 
 PROMPTS = ([257, 84, 82, 68, 81, 198], [257, 64, 198, 40, 41, 42, 43, 44, 198], [10, 20])
@@ -101,16 +102,6 @@ def test_plain_path_for_caches_without_row_selection(service, tiny_dirs, arch, m
         assert [q.stop_reason for q in a.sequences] == [q.stop_reason for q in b.sequences]
         for qa, qb in zip(a.sequences, b.sequences, strict=True):
             assert _max_diff(qa.logprobs, qb.logprobs) <= 1e-5
-
-
-def _ppo_custom(data, logprobs_list):
-    total = torch.zeros(())
-    for d, lp in zip(data, logprobs_list, strict=True):
-        q = d.loss_fn_inputs["logprobs"].to_torch()
-        a = d.loss_fn_inputs["advantages"].to_torch()
-        r = torch.exp(lp - q)
-        total = total - torch.minimum(r * a, r.clamp(0.8, 1.2) * a).sum()
-    return total, {}
 
 
 @pytest.mark.parametrize("arch", TINY_ARCHS)
