@@ -82,3 +82,29 @@ def test_a_real_run_directory_cannot_be_resumed_as_a_rehearsal(tmp_path):
             components_factory=factory,
             rehearse=True,
         )
+
+
+def test_real_run_feasibility_carries_the_plan_only_projection(tmp_path):
+    """A real run's feasibility.json holds the plan-only cost projection beside the pilot's."""
+    from losslab.backends.local.tiny import make_tiny_model_dir
+    from losslab.runner.components import DefaultComponents
+
+    from ._tiny_plan import write_tiny_plan
+
+    model = make_tiny_model_dir(tmp_path / "m", arch="qwen3_5")
+    plan = write_tiny_plan(tmp_path / "plan.json", model)
+    comp = DefaultComponents(plan, "local")
+    timings = {
+        "rows": [{"time/sample_s": 3.0, "time/forward_backward_s": 1.0, "time/optim_s": 0.5}],
+        "eval_s_per_item": 0.1,
+        "pilot_seconds": 4.0,
+    }
+    art = comp.feasibility(timings)
+    cost = art["cost_projection"]
+    assert cost["available"] and cost["model"]["exact"]  # counted from the local config
+    assert cost["model"]["params"] == pytest.approx(51136)
+    vs = cost["vs_pilot"]
+    assert vs["pilot_wall_minutes"] == pytest.approx(art["wall_seconds"] / 60)
+    assert vs["pilot_over_projected_wall"] == pytest.approx(
+        art["wall_seconds"] / cost["wall_seconds"]
+    )

@@ -337,6 +337,11 @@ def render_html(facts: dict[str, Any], images: dict[str, tuple[str, str]]) -> st
         )
     if art.get("note"):
         s.append(f'<p class="muted">{escape(str(art["note"]))}</p>')
+    cost = art.get("cost_projection") or {}
+    if cost.get("available"):
+        s.append("<h3>Cost projection from the plan alone (before the pilot)</h3>")
+        s.append(f"<pre id='cost-projection'>{escape(chr(10).join(cost.get('lines') or []))}</pre>")
+        s.append(_kv_table(cost.get("vs_pilot")))
     s.append(
         _kv_table(
             {

@@ -219,15 +219,11 @@ class RehearsalComponents(DefaultComponents):
         }
 
     @cached_property
-    def cost_projection(self) -> dict[str, Any]:
-        """The full plan's projected cost (stats.cost), prompts measured on the plan's task."""
+    def _cost(self) -> Any:
+        """The full plan's projected cost (not the toy one), prompts measured on its task."""
         from losslab.stats.cost import plan_cost
 
-        try:
-            cost = plan_cost(self.full_plan, task=self.task)
-        except (ValueError, RunError) as e:
-            return {"available": False, "reason": str(e)}
-        return {"available": True, "lines": cost.lines(), **cost.to_dict()}
+        return plan_cost(self.full_plan, task=self.task)
 
     @cached_property
     def service(self) -> Any:
@@ -251,7 +247,8 @@ class RehearsalComponents(DefaultComponents):
             "the full plan's cost is `cost_projection` (FLOPs at an assumed utilisation), "
             "and a real run's pilot measures it. " + str(toy.get("note", ""))
         )
-        return _mark({**toy, "cost_projection": self.cost_projection})
+        toy["cost_projection"].pop("vs_pilot", None)  # a toy pilot says nothing about it
+        return _mark(toy)
 
     def evaluate(self, arm: str, trainer: LocalArmTrainer) -> list[dict[str, Any]]:
         return [{**row, "rehearsal": True} for row in super().evaluate(arm, trainer)]

@@ -352,17 +352,36 @@ def plan_cost(
     *,
     data: Any | None = None,
     task: Any | None = None,
+    base_model: str | None = None,
     gpu: str = DEFAULT_GPU,
     utilisation: float = DEFAULT_UTILISATION,
 ) -> CostProjection:
     """The plan's cost projection with what this machine has: the model's config and tokenizer
     if local (else `KNOWN_SIZES` and the character estimate), the task's prompts if its data is
-    here (else the `max_seq_len - max_tokens` bound)."""
-    config, tokenizer = local_config_and_tokenizer(plan.base_model)
-    size = model_size(plan.base_model, config)
+    here (else the `max_seq_len - max_tokens` bound). `base_model` overrides the plan's (the
+    model a local run executes, `engine.local_base_model`)."""
+    base_model = base_model or plan.base_model
+    config, tokenizer = local_config_and_tokenizer(base_model)
+    size = model_size(base_model, config)
     task = task if task is not None else task_for_cost(plan, data)
     if task is None:
         prompt = unmeasured_prompt_bound(plan)
     else:
-        prompt = measure_prompt_lengths(task, tokenizer, tokenizer_name=plan.base_model)
+        prompt = measure_prompt_lengths(task, tokenizer, tokenizer_name=base_model)
     return project_cost(plan, size, prompt, gpu=gpu, utilisation=utilisation)
+
+
+def cost_vs_pilot(cost: CostProjection, pilot_wall_seconds: float, pilot_gpu_hours: float) -> dict:
+    """The analytic projection next to the pilot's measured one (`feasibility.json`): the ratio
+    measured / projected says how far the assumed utilisation and token counts were off."""
+    return {
+        "projected_wall_minutes": cost.wall_seconds / 60,
+        "pilot_wall_minutes": pilot_wall_seconds / 60,
+        "pilot_over_projected_wall": (
+            pilot_wall_seconds / cost.wall_seconds if cost.wall_seconds > 0 else None
+        ),
+        "projected_gpu_hours": cost.gpu_hours,
+        "pilot_gpu_hours": pilot_gpu_hours,
+        "note": f"projected: {cost.gpu.name} at {cost.utilisation:.0%} of peak (assumed); "
+        "pilot: this machine's measured step times",
+    }
