@@ -63,6 +63,10 @@ def test_rehearsal_runs_every_phase_and_is_marked(tmp_path):
     assert result.verdict["evidence"] is False
     rows = [json.loads(line) for line in (out / "eval_grpo_seed0.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and all(r["rehearsal"] is True for r in rows)
+    metrics = (out / "arms" / "dppo_seed0" / "metrics.jsonl").read_text().splitlines()
+    assert metrics and all(json.loads(line)["REHEARSAL"] is True for line in metrics)
+    executed = json.loads((out / "executed_config.json").read_text())
+    assert all(cfg["REHEARSAL"]["match"] for cfg in executed.values())
     html = (out / "report.html").read_text()
     assert "<h1>REHEARSAL (not evidence):" in html and 'id="rehearsal"' in html
     assert "Cost projection of the real plan" in html
