@@ -112,3 +112,12 @@ def test_real_run_feasibility_carries_the_plan_only_projection(tmp_path):
     assert vs["pilot_over_projected_wall"] == pytest.approx(
         art["wall_seconds"] / cost["wall_seconds"]
     )
+
+
+def test_missing_data_stops_the_rehearsal_before_any_write(tmp_path):
+    from losslab.runner import RunError
+
+    out = tmp_path / "run"
+    with pytest.raises(RunError, match="--data .*missing: no such file or folder"):
+        run_plan(GSM8K_PLAN, out=out, quiet=True, data=tmp_path / "missing", rehearse=True)
+    assert not out.exists()

@@ -195,6 +195,7 @@ class RehearsalComponents(DefaultComponents):
         self.scale = scale or RehearsalScale()
         self.full_plan = self.plan
         cache = model_cache or (losslab_cache_dir() / "rehearsal")
+        _ = self.task  # the plan's own task and data path: missing data stops here, not later
         self.model = build_rehearsal_model(self.full_plan.base_model, cache, self.scale.seed)
         self.plan = shrink_plan(self.full_plan, self.scale, self.model["path"])
         self.schedule = Schedule(
