@@ -163,3 +163,14 @@ def test_qwen3_5_hub_layout_loads_its_language_model(service, tmp_path):
     tokens = seq.sequences[0].tokens
     scored = s.compute_logprobs(_mi(PROMPTS[0] + tokens)).result()
     assert _max_diff(scored[len(PROMPTS[0]) :], seq.sequences[0].logprobs) <= 1e-5
+
+
+@pytest.mark.parametrize("arch", ["qwen3_5_moe", "qwen3_next"])
+def test_moe_routed_experts_get_lora_and_gradients(service, tiny_dirs, arch):
+    """The fused routed-expert weights (3-D parameters, not nn.Linear) are adapted through
+    PEFT's target_parameters, and a custom loss sends gradient into them."""
+    tc = _trained(service, str(tiny_dirs[arch]))
+    assert {"experts.down_proj", "experts.gate_up_proj"} <= set(tc.describe()["target_modules"])
+    tc.forward_backward_custom(rl_batch(0), _ppo_custom).result()
+    expert = {n: g for n, g in tc.lora_grads().items() if ".experts." in n}
+    assert expert and max(float(g.abs().max()) for g in expert.values()) > 0
