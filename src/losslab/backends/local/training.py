@@ -4,10 +4,10 @@ Numerics: the model runs in eval mode (no dropout) in the dtype it was loaded wi
 CPU). Every call runs eagerly, so operations take effect in submission order (Tinker's rule), and
 returns a completed future (`.result()`, `await`).
 
-LoRA: PEFT adapters of rank `rank` on every linear projection of the decoder layers (attention
-q/k/v/o and the linear-attention projections when `train_attn`, MLP gate/up/down and the
-fused routed-expert weights of MoE layers when `train_mlp`; see `lora_target_modules`), `lora_alpha = 32` for every rank
-(scaling 32/rank, the fixed-alpha convention of Thinking Machines' "LoRA Without Regret" that
+LoRA: PEFT adapters of rank `rank` on every linear projection of the decoder layers
+(attention q/k/v/o and the linear-attention projections when `train_attn`, MLP gate/up/down
+and the fused routed-expert weights of MoE layers when `train_mlp`; see
+`lora_target_modules`), `lora_alpha = 32` for every rank (scaling 32/rank, the fixed-alpha convention of Thinking Machines' "LoRA Without Regret" that
 Tinker's rank-independent learning rates assume), dropout 0, PEFT's default init (A Kaiming-
 uniform drawn from `torch.manual_seed(seed)`, B = 0, so a fresh client equals its base model).
 The unembedding is tied to the input embedding in the supported models and is never adapted:
