@@ -7,8 +7,9 @@ returns a completed future (`.result()`, `await`).
 LoRA: PEFT adapters of rank `rank` on every linear projection of the decoder layers
 (attention q/k/v/o and the linear-attention projections when `train_attn`, MLP gate/up/down
 and the fused routed-expert weights of MoE layers when `train_mlp`; see
-`lora_target_modules`), `lora_alpha = 32` for every rank (scaling 32/rank, the fixed-alpha convention of Thinking Machines' "LoRA Without Regret" that
-Tinker's rank-independent learning rates assume), dropout 0, PEFT's default init (A Kaiming-
+`lora_target_modules`), `lora_alpha = 32` for every rank (scaling 32/rank, the fixed-alpha
+convention of Thinking Machines' "LoRA Without Regret" that Tinker's rank-independent learning
+rates assume), dropout 0, PEFT's default init (A Kaiming-
 uniform drawn from `torch.manual_seed(seed)`, B = 0, so a fresh client equals its base model).
 The unembedding is tied to the input embedding in the supported models and is never adapted:
 `train_unembed` is accepted for signature compatibility and recorded as False in `describe()`.
