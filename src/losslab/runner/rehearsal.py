@@ -32,7 +32,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from losslab.runner.components import DefaultComponents, LocalArmTrainer
+from losslab.runner.components import DefaultComponents
 from losslab.runner.errors import RunError
 from losslab.runner.protocols import Schedule
 
@@ -170,11 +170,18 @@ def _mark(artifact: dict[str, Any]) -> dict[str, Any]:
     return {"REHEARSAL": REHEARSAL_NOTE, **artifact}
 
 
-class RehearsalArmTrainer(LocalArmTrainer):
-    """`LocalArmTrainer` whose metrics rows (metrics.jsonl, checkpoints) say REHEARSAL."""
+class RehearsalArmTrainer:
+    """The default arm trainer, whose metrics rows (metrics.jsonl, checkpoints) say REHEARSAL;
+    everything else (cursor, save, load, close, client, renderer) is the wrapped trainer's."""
+
+    def __init__(self, trainer: Any) -> None:
+        self._trainer = trainer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._trainer, name)
 
     def step(self, step: int) -> dict[str, Any]:
-        return {"REHEARSAL": True, **super().step(step)}
+        return {"REHEARSAL": True, **self._trainer.step(step)}
 
 
 class RehearsalComponents(DefaultComponents):
@@ -240,9 +247,9 @@ class RehearsalComponents(DefaultComponents):
         return LocalServiceClient(device="cpu")
 
     def make_trainer(self, arm: str) -> RehearsalArmTrainer:
-        return RehearsalArmTrainer(self, arm, self._create_client(arm), self._arm_config(arm))
+        return RehearsalArmTrainer(super().make_trainer(arm))
 
-    def executed_config(self, arm: str, trainer: LocalArmTrainer) -> dict[str, dict[str, Any]]:
+    def executed_config(self, arm: str, trainer: Any) -> dict[str, dict[str, Any]]:
         # a row of the executed-config table (plan == executed, so it never fails the check)
         mark = "toy-scale rehearsal on a random model: not evidence"
         return {
@@ -269,7 +276,7 @@ class RehearsalComponents(DefaultComponents):
         toy["cost_projection"].pop("vs_pilot", None)  # a toy pilot says nothing about it
         return _mark(toy)
 
-    def evaluate(self, arm: str, trainer: LocalArmTrainer) -> list[dict[str, Any]]:
+    def evaluate(self, arm: str, trainer: Any) -> list[dict[str, Any]]:
         return [{**row, "rehearsal": True} for row in super().evaluate(arm, trainer)]
 
     def decide(self, evals: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:

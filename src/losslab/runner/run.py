@@ -199,7 +199,10 @@ class _Runner:
         self._evaluation()
         verdict = self._decision()
         html = self._report()
-        self.console.log(self._verdict_line(verdict))
+        line = self._verdict_line(verdict)
+        if self.run_dir.read_manifest().get("rehearsal"):
+            line += " (REHEARSAL: toy model, not evidence)"
+        self.console.log(line)
         self.console.log(f"report: {html.resolve()}")
         return RunResult(self.run_dir.root, verdict, html)
 
