@@ -70,6 +70,7 @@ def test_rehearsal_runs_every_phase_and_is_marked(tmp_path):
     html = (out / "report.html").read_text()
     assert "<h1>REHEARSAL (not evidence):" in html and 'id="rehearsal"' in html
     assert "Cost projection of the real plan" in html
+    assert "(REHEARSAL: toy model, not evidence)" in (out / "run.log").read_text()
     # a rehearsal directory can never become a real run
     with pytest.raises(ResumeRefused, match="REHEARSAL"):
         run_plan(ARITHMETIC_PLAN, resume=out, quiet=True)
