@@ -65,6 +65,17 @@ def derive_seed(*entropy: int) -> int:
     ) & (2**63 - 1)
 
 
+def rows_selectable(cache: Any) -> bool:
+    """True when every layer of `cache` can select / repeat batch rows with `reorder_cache`
+    (all layer kinds of transformers' DynamicCache); False for caches without that API."""
+    if not callable(getattr(cache, "reorder_cache", None)):
+        return False
+    layers = getattr(cache, "layers", None)
+    if layers is None:  # a cache object without per-layer storage: trust its own method
+        return True
+    return all(callable(getattr(layer, "reorder_cache", None)) for layer in layers)
+
+
 @dataclass
 class _Row:
     request: int
@@ -89,17 +100,6 @@ class _Request:
     params: types.SamplingParams
     include_prompt_logprobs: bool
     future: LazyFuture[types.SampleResponse]
-
-
-def rows_selectable(cache: Any) -> bool:
-    """True when every layer of `cache` can select / repeat batch rows with `reorder_cache`
-    (all layer kinds of transformers' DynamicCache); False for caches without that API."""
-    if not callable(getattr(cache, "reorder_cache", None)):
-        return False
-    layers = getattr(cache, "layers", None)
-    if layers is None:  # a cache object without per-layer storage: trust its own method
-        return True
-    return all(callable(getattr(layer, "reorder_cache", None)) for layer in layers)
 
 
 class LocalSamplingClient:
