@@ -122,3 +122,22 @@ def test_missing_data_stops_the_rehearsal_before_any_write(tmp_path):
     with pytest.raises(RunError, match="--data .*missing: no such file or folder"):
         run_plan(GSM8K_PLAN, out=out, quiet=True, data=tmp_path / "missing", rehearse=True)
     assert not out.exists()
+
+
+def test_rehearsal_model_uses_the_base_models_own_config_when_present(tmp_path):
+    from losslab.backends.local.tiny import make_tiny_model_dir
+    from losslab.runner.rehearsal import build_rehearsal_model
+
+    base = make_tiny_model_dir(tmp_path / "gemma", arch="gemma3")  # a local "hub" model
+    m = build_rehearsal_model(str(base), tmp_path / "cache")
+    assert "own config" in m["architecture"] and "own tokenizer" in m["tokenizer"]
+    assert m["model_type"] == "gemma3_text"
+    assert m["layer_types"] == ["sliding_attention", "full_attention"]
+
+
+def test_unknown_architecture_offline_says_what_to_fetch(tmp_path):
+    from losslab.runner import RunError
+    from losslab.runner.rehearsal import build_rehearsal_model
+
+    with pytest.raises(RunError, match="hf download some-org/unknown config.json"):
+        build_rehearsal_model("some-org/unknown", tmp_path)

@@ -68,14 +68,16 @@ class RehearsalScale:
     """Seed of the random model weights."""
 
 
-def rehearsal_config(base_model: str, vocab_size: int, eos_id: int) -> tuple[Any, str]:
-    """The shrunk config of `base_model`'s architecture and where its architecture came from."""
+def rehearsal_config(
+    base_model: str, own_config: Any | None, vocab_size: int, eos_id: int
+) -> tuple[Any, str]:
+    """The shrunk config of `base_model`'s architecture (its `own_config` when this machine has
+    it, else its model type's defaults) and where that architecture came from."""
     from transformers import AutoConfig
 
     from losslab.backends.local.tiny import shrink_config
-    from losslab.stats.cost import local_config_and_tokenizer
 
-    config, _ = local_config_and_tokenizer(base_model)
+    config = own_config
     if config is not None:
         source = f"{base_model}'s own config (found on this machine), shrunk"
     else:
@@ -108,7 +110,7 @@ def build_rehearsal_model(base_model: str, cache: Path, seed: int = 0) -> dict[s
     from losslab.backends.local.tiny import make_tiny_tokenizer, save_random_model
     from losslab.stats.cost import local_config_and_tokenizer, params_from_config
 
-    _, own_tokenizer = local_config_and_tokenizer(base_model)
+    own_config, own_tokenizer = local_config_and_tokenizer(base_model)
     if own_tokenizer is not None and getattr(own_tokenizer, "chat_template", None):
         tokenizer, tok_note = own_tokenizer, f"{base_model}'s own tokenizer"
     else:
@@ -120,7 +122,7 @@ def build_rehearsal_model(base_model: str, cache: Path, seed: int = 0) -> dict[s
     tokenizer.model_max_length = max(int(getattr(tokenizer, "model_max_length", 0) or 0), 1 << 16)
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     eos_id = eos if isinstance(eos, int) and eos >= 0 else tokenizer.eos_token_id
-    config, source = rehearsal_config(base_model, len(tokenizer), int(eos_id))
+    config, source = rehearsal_config(base_model, own_config, len(tokenizer), int(eos_id))
     digest = hashlib.sha256(
         json.dumps([config.to_dict(), tok_note, seed], sort_keys=True, default=str).encode()
     ).hexdigest()[:12]
