@@ -41,6 +41,8 @@ REHEARSAL_NOTE = (
     "every phase runs, and its numbers and verdict are NOT evidence about the hypothesis"
 )
 
+REHEARSAL_THREADS = 1
+
 KNOWN_MODEL_TYPES: dict[str, str] = {
     "Qwen/Qwen3.5-2B": "qwen3_5",
     "HuggingFaceTB/SmolLM2-135M-Instruct": "llama",
@@ -286,6 +288,12 @@ class RehearsalComponents(DefaultComponents):
         return _mark({**verdict, "evidence": False, "rehearsal_verdict": verdict.get("verdict")})
 
     def environment(self) -> dict[str, Any]:
+        """Also pins torch to one thread for the run (the runner restores the caller's count
+        afterwards and records this one for resume): a 32-wide model gains nothing from more,
+        and on a loaded shared machine two OpenMP threads thrash (docs/benchmarks.md)."""
+        import torch
+
+        torch.set_num_threads(REHEARSAL_THREADS)
         return {**super().environment(), "rehearsal": True, "device": "cpu (rehearsal)"}
 
 
