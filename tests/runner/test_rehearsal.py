@@ -45,12 +45,17 @@ def test_gsm8k_plan_rehearses_a_shrunk_qwen3_5(tmp_path, shared_dir):
 
 
 def test_rehearsal_runs_every_phase_and_is_marked(tmp_path):
+    import torch
+
     factory = partial(RehearsalComponents, scale=TINY_SCALE, model_cache=tmp_path / "models")
     out = tmp_path / "run"
+    threads = torch.get_num_threads()
     result = run_plan(
         ARITHMETIC_PLAN, out=out, quiet=True, components_factory=factory, rehearse=True
     )
+    assert torch.get_num_threads() == threads  # the caller's thread count is restored
     manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["environment"]["torch_threads"] == 1  # what the rehearsal ran on
     phases = {k: v["status"] for k, v in manifest["phases"].items()}
     expected = {"preflight", "restoration", "pilot", "feasibility", "gate", "arms"}
     assert expected | {"evaluation", "decision", "report"} <= set(phases)
