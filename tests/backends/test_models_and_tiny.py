@@ -141,8 +141,9 @@ def test_hub_download_is_the_default_when_online(tmp_path, monkeypatch, tiny_dir
     real = huggingface_hub.snapshot_download
     commit = "fedcba9876543210fedcba9876543210fedcba98"
 
-    def fake(repo_id, *, revision=None, local_files_only=False, **kw):
+    def fake(repo_id, *, revision=None, local_files_only=False, allow_patterns=None, **kw):
         calls.append((repo_id, revision, local_files_only))
+        assert local_files_only or "*.safetensors" in allow_patterns  # weights, not .bin copies
         if not local_files_only:  # "download": what the hub would leave in the cache
             _fake_hf_cache(tmp_path / "hf", repo_id, commit, tiny_dirs["llama"])
         return real(repo_id, revision=revision, local_files_only=True, **kw)

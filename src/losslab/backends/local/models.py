@@ -129,6 +129,11 @@ def find_smollm2_gguf() -> Path | None:
     return None
 
 
+HUB_FILES = ["*.json", "*.safetensors", "*.txt", "*.jinja", "*.model", "*.tiktoken"]
+"""What a download fetches: configs, safetensors weights (with their index) and tokenizer files,
+as `from_pretrained` needs them; not the .bin / .gguf / .onnx copies some repos also carry."""
+
+
 def _is_repo_id(name: str) -> bool:
     return name.count("/") == 1 and not name.startswith(("/", ".", "~"))
 
@@ -144,7 +149,7 @@ def _hf_snapshot(name: str, revision: str | None, *, download: bool) -> Path | N
         except Exception:  # LocalEntryNotFoundError, invalid repo id, ...: not in the cache
             return None
     else:
-        path = Path(snapshot_download(name, revision=revision))
+        path = Path(snapshot_download(name, revision=revision, allow_patterns=HUB_FILES))
     return path if (path / "config.json").is_file() else None
 
 
