@@ -172,12 +172,12 @@ class CostProjection:
             f"  model      {size}",
             f"  prompts    {self.prompt.mean_tokens:.0f} tokens mean ({self.prompt.how})",
             f"  per rollout step  sampling {f['sampling_per_step']:.3g} FLOP = "
-            f"{t['sample_s']:.1f} s; training {f['training_per_step']:.3g} FLOP = "
-            f"{t['train_per_rollout_step_s']:.1f} s",
-            f"  per eval item     {f['eval_per_item']:.3g} FLOP = {t['eval_s_per_item']:.3f} s",
+            f"{t['sample_s']:.3g} s; training {f['training_per_step']:.3g} FLOP = "
+            f"{t['train_per_rollout_step_s']:.3g} s",
+            f"  per eval item     {f['eval_per_item']:.3g} FLOP = {t['eval_s_per_item']:.3g} s",
             f"  total             {f['total']:.3g} FLOP",
-            f"  projected  {self.wall_seconds / 60:.1f} wall minutes (budget {budget_m}), "
-            f"{self.gpu_hours:.2f} GPU-hours (budget {budget_h}): {self.status.upper()}",
+            f"  projected  {self.wall_seconds / 60:.3g} wall minutes (budget {budget_m}), "
+            f"{self.gpu_hours:.3g} GPU-hours (budget {budget_h}): {self.status.upper()}",
             *[f"  problem    {p}" for p in self.problems],
             "  assumes    " + "; ".join(self.assumptions),
         ]
