@@ -10,6 +10,22 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED = REPO_ROOT.parent / "shared"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _hub_offline():
+    """No test touches the network: the local backend downloads from the Hugging Face hub
+    unless HF_HUB_OFFLINE=1, so the whole session runs offline (tests of the download path
+    replace `snapshot_download` and unset the variable themselves)."""
+    import os
+
+    saved = os.environ.get("HF_HUB_OFFLINE")
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    yield
+    if saved is None:
+        os.environ.pop("HF_HUB_OFFLINE", None)
+    else:
+        os.environ["HF_HUB_OFFLINE"] = saved
+
+
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:
     """The `../shared` folder beside the checkout; tests that need it skip when it is absent."""

@@ -64,9 +64,18 @@ def plan_check(
 @plan_app.command("show")
 def plan_show(
     plan_file: str = typer.Argument(..., help="The plan JSON file."),
+    data: str | None = typer.Option(
+        None, "--data", help="The task's data folder, to measure prompt lengths for the cost."
+    ),
+    gpu: str = typer.Option("H100-SXM", "--gpu", help="GPU class of the cost projection."),
+    utilisation: float = typer.Option(
+        0.25, "--utilisation", help="Assumed fraction of the GPU's peak the run reaches."
+    ),
 ) -> None:
-    """Summarize PLAN_FILE: arms and their switch, preflights, gate, decision rule, budget."""
+    """Summarize PLAN_FILE: arms and their switch, preflights, gate, decision rule, budget,
+    and the projected cost against the budget (losslab.stats.cost)."""
     from losslab.plan import check_plan_file, plan_summary
+    from losslab.stats.cost import plan_cost
 
     result = check_plan_file(plan_file)
     if result.plan is None:
@@ -74,6 +83,12 @@ def plan_show(
             typer.echo(f"error: {problem}", err=True)
         raise typer.Exit(1)
     typer.echo(plan_summary(result.plan))
+    try:
+        cost = plan_cost(result.plan, data=data, gpu=gpu, utilisation=utilisation)
+    except ValueError as exc:  # unknown model size, bad --gpu / --utilisation
+        typer.echo(f"\nCost projection: not available ({exc})")
+        return
+    typer.echo("\n" + "\n".join(cost.lines()))
 
 
 # --- conform: module conformance (losslab.conformance.modules) ---
@@ -374,6 +389,13 @@ def run(
         help="Folder with the task's data (GSM8K: train.jsonl and test.jsonl) when the "
         "Hugging Face hub is out of reach; offline tasks ignore it.",
     ),
+    rehearse: bool = typer.Option(
+        False,
+        "--rehearse",
+        help="Dress rehearsal: every phase of PLAN at toy scale on the CPU, on a random model "
+        "of the plan's architecture (minutes). Catches crashes before GPU hours are spent; "
+        "its verdict is not evidence and its run directory cannot be resumed as a real run.",
+    ),
 ) -> None:
     """Run PLAN end to end (preflights, pilot, gate, both arms, evaluation, verdict, report).
 
@@ -403,6 +425,7 @@ def run(
             force=force,
             quiet=quiet,
             data=Path(data) if data else None,
+            rehearse=rehearse,
         )
     except PlanError as e:
         typer.echo(f"error: plan {plan} is not valid:\n{e}", err=True)

@@ -1,4 +1,4 @@
-"""Fixtures: tiny random Llama/Qwen3 model folders (built once per session) and a CPU service."""
+"""Fixtures: tiny random model folders of every family (built once per session), a CPU service."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import torch
 from tinker import types
 
 from losslab.backends.local import LocalServiceClient, make_tiny_model_dir
+from losslab.backends.local.tiny import TINY_ARCHS
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -19,9 +20,7 @@ def _threads():
 @pytest.fixture(scope="session")
 def tiny_dirs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("tiny_models")
-    return {
-        arch: make_tiny_model_dir(root / arch, arch=arch, seed=0) for arch in ("llama", "qwen3")
-    }
+    return {arch: make_tiny_model_dir(root / arch, arch=arch, seed=0) for arch in TINY_ARCHS}
 
 
 @pytest.fixture(scope="session")

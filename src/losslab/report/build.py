@@ -149,6 +149,7 @@ def collect(run_dir: Path) -> dict[str, Any]:
     return {
         "format": REPORT_FORMAT,
         "title": plan.get("title"),
+        "rehearsal": manifest.get("rehearsal"),
         "hypothesis": plan.get("hypothesis"),
         "success_criterion": plan.get("success_criterion"),
         "base_model": plan.get("base_model"),

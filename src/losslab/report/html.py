@@ -233,11 +233,40 @@ def _img(pid: str, images: dict[str, tuple[str, str]]) -> str:
     )
 
 
+def _rehearsal_banner(r: dict[str, Any]) -> str:
+    """What a `--rehearse` run is, what it ran on, and the full plan's projected cost."""
+    model = r.get("model") or {}
+    cost = r.get("cost_projection") or {}
+    lines = cost.get("lines") if cost.get("available") else [f"not available: {cost.get('reason')}"]
+    items = "".join(
+        f"<li>{escape(k)}: {escape(_fmt(v))}</li>"
+        for k, v in (
+            ("model", model.get("architecture")),
+            ("layers", f"{model.get('num_hidden_layers')} {model.get('layer_types')}"),
+            ("hidden size / parameters", f"{model.get('hidden_size')} / {model.get('params')}"),
+            ("weights", model.get("weights")),
+            ("tokenizer", model.get("tokenizer")),
+            ("scale", r.get("scale")),
+            ("the real plan", r.get("full_schedule")),
+        )
+    )
+    return (
+        '<div class="banner stop" id="rehearsal"><b>REHEARSAL.</b> '
+        f"{escape(str(r.get('note')))}. Every phase ran at toy scale; the verdict below is "
+        f"not evidence.<ul>{items}</ul><b>Cost projection of the real plan</b>"
+        f"<pre>{escape(chr(10).join(map(str, lines or [])))}</pre></div>"
+    )
+
+
 def render_html(facts: dict[str, Any], images: dict[str, tuple[str, str]]) -> str:
     """The report page. `images` maps plot id -> (caption, base64 PNG)."""
     s: list[str] = []
     title = facts.get("title") or "losslab run"
+    if facts.get("rehearsal"):
+        title = f"REHEARSAL (not evidence): {title}"
     s.append(f"<h1>{escape(title)}</h1>")
+    if facts.get("rehearsal"):
+        s.append(_rehearsal_banner(facts["rehearsal"]))
     s.append(_status_banner(facts["status"]))
 
     s.append('<section id="verdict"><h2>Verdict</h2>')
@@ -308,6 +337,11 @@ def render_html(facts: dict[str, Any], images: dict[str, tuple[str, str]]) -> st
         )
     if art.get("note"):
         s.append(f'<p class="muted">{escape(str(art["note"]))}</p>')
+    cost = art.get("cost_projection") or {}
+    if cost.get("available"):
+        s.append("<h3>Cost projection from the plan alone (before the pilot)</h3>")
+        s.append(f"<pre id='cost-projection'>{escape(chr(10).join(cost.get('lines') or []))}</pre>")
+        s.append(_kv_table(cost.get("vs_pilot")))
     s.append(
         _kv_table(
             {

@@ -478,6 +478,11 @@ class DefaultComponents:
                 }
             )
         passed = fc.status == "pass" or not self.plan.feasibility_required
+        cost = self.cost_projection
+        if cost.get("available"):  # the plan-only projection beside the pilot's measured one
+            from losslab.stats.cost import cost_vs_pilot
+
+            cost = {**cost, "vs_pilot": cost_vs_pilot(self._cost, fc.wall_seconds, fc.gpu_hours)}
         return {
             **fc.model_dump(),
             "projected_wall_seconds": fc.wall_seconds,
@@ -487,7 +492,23 @@ class DefaultComponents:
             "failures": _rows_failures(rows_out),
             "note": "the pilot's steps count once, inside the treatment arm that continues "
             "from them; preflights, model loading and the report are not projected",
+            "cost_projection": cost,
         }
+
+    @cached_property
+    def _cost(self) -> Any:
+        from losslab.stats.cost import plan_cost
+
+        return plan_cost(self.plan, task=self.task, base_model=self.base_model)
+
+    @cached_property
+    def cost_projection(self) -> dict[str, Any]:
+        """The plan-only cost projection (stats.cost) of the model this run executes."""
+        try:
+            cost = self._cost
+        except (ValueError, RunError) as e:  # e.g. a model whose size is unknown offline
+            return {"available": False, "reason": str(e)}
+        return {"available": True, "lines": cost.lines(), **cost.to_dict()}
 
     def evaluate(self, arm: str, trainer: BackendArmTrainer) -> list[dict[str, Any]]:
         return [asdict(i) for i in self._greedy_eval(trainer, self.plan.eval.n_examples)]

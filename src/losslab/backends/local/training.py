@@ -4,10 +4,12 @@ Numerics: the model runs in eval mode (no dropout) in the dtype it was loaded wi
 CPU). Every call runs eagerly, so operations take effect in submission order (Tinker's rule), and
 returns a completed future (`.result()`, `await`).
 
-LoRA: PEFT adapters of rank `rank` on every linear projection of the decoder layers (attention
-q/k/v/o when `train_attn`, MLP gate/up/down when `train_mlp`), `lora_alpha = 32` for every rank
-(scaling 32/rank, the fixed-alpha convention of Thinking Machines' "LoRA Without Regret" that
-Tinker's rank-independent learning rates assume), dropout 0, PEFT's default init (A Kaiming-
+LoRA: PEFT adapters of rank `rank` on every linear projection of the decoder layers
+(attention q/k/v/o and the linear-attention projections when `train_attn`, MLP gate/up/down
+and the fused routed-expert weights of MoE layers when `train_mlp`; see
+`lora_target_modules`), `lora_alpha = 32` for every rank (scaling 32/rank, the fixed-alpha
+convention of Thinking Machines' "LoRA Without Regret" that Tinker's rank-independent learning
+rates assume), dropout 0, PEFT's default init (A Kaiming-
 uniform drawn from `torch.manual_seed(seed)`, B = 0, so a fresh client equals its base model).
 The unembedding is tied to the input embedding in the supported models and is never adapted:
 `train_unembed` is accepted for signature compatibility and recorded as False in `describe()`.
@@ -57,19 +59,33 @@ LORA_ALPHA = 32
 
 def lora_target_modules(model: torch.nn.Module, train_attn: bool, train_mlp: bool) -> list[str]:
     """Leaf names of the decoder's nn.Linear layers: attention ones live under a module whose
-    name contains "attn"; the rest of the layer stack is the MLP. lm_head is never included."""
+    name contains "attn"; the rest of the layer stack is the MLP. lm_head is never included.
+    With `train_mlp`, the fused routed-expert weights of MoE layers (3-D `experts.gate_up_proj`
+    / `experts.down_proj` parameters, not nn.Linear) are added as dotted names, which
+    `split_targets` hands to PEFT's `target_parameters`; the router is never adapted."""
     if not (train_attn or train_mlp):
         raise ValueError("train_attn and train_mlp are both False; expected at least one True")
     names: set[str] = set()
     for full_name, module in model.named_modules():
-        if not isinstance(module, torch.nn.Linear) or ".layers." not in f".{full_name}":
+        if ".layers." not in f".{full_name}":
             continue
-        is_attn = "attn" in full_name or "attention" in full_name
-        if (is_attn and train_attn) or (not is_attn and train_mlp):
-            names.add(full_name.rsplit(".", 1)[-1])
+        if isinstance(module, torch.nn.Linear):
+            is_attn = "attn" in full_name or "attention" in full_name
+            if (is_attn and train_attn) or (not is_attn and train_mlp):
+                names.add(full_name.rsplit(".", 1)[-1])
+        elif train_mlp and full_name.endswith(".experts"):
+            for pname, p in module.named_parameters(recurse=False):
+                if p.dim() == 3:  # (experts, out, in): one matrix per routed expert
+                    names.add(f"experts.{pname}")
     if not names:
         raise ValueError("found no linear projections under '.layers.' to adapt with LoRA")
     return sorted(names)
+
+
+def split_targets(targets: list[str]) -> tuple[list[str], list[str]]:
+    """(nn.Linear leaf names for `target_modules`, dotted parameter names for
+    `target_parameters`) of a `lora_target_modules` list."""
+    return [t for t in targets if "." not in t], [t for t in targets if "." in t]
 
 
 def adam_dict(p: types.AdamParams) -> dict[str, float]:
@@ -138,11 +154,13 @@ class LocalTrainingClient:
         self._lock = threading.RLock()
         self._targets = lora_target_modules(base, train_attn, train_mlp)
         self._train_flags = {"train_mlp": train_mlp, "train_attn": train_attn}
+        modules, parameters = split_targets(self._targets)
         config = LoraConfig(
             r=rank,
             lora_alpha=LORA_ALPHA,
             lora_dropout=0.0,
-            target_modules=self._targets,
+            target_modules=modules,
+            target_parameters=parameters or None,
             bias="none",
         )
         model = clone_sharing_weights(base)
