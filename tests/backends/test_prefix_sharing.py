@@ -22,7 +22,7 @@ from losslab.backends.local.logprobs import (
     prefix_groups,
 )
 
-ARCHS = getattr(tiny, "TINY_ARCHS", ("llama", "qwen3"))
+ARCHS = tiny.TINY_ARCHS
 SHAREABLE = {"llama", "qwen3"}  # full attention, plain K/V cache, plain unembedding
 TOL = 1e-5
 
