@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from tinker import types
 
-from losslab.backends.futures import ClientFuture, client_future
+from losslab.backends.futures import ClientFuture, CompletedFuture, client_future
 from losslab.backends.local.models import (
     SMOLLM2_NAME,
     find_smollm2_gguf,
@@ -125,8 +125,9 @@ class LocalServiceClient:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def close(self, status: str = "success") -> None:
-        """Nothing to release (kept for `tinker.ServiceClient` compatibility)."""
+    def close(self, status: str = "success", detail: str | None = None) -> CompletedFuture[None]:
+        """Nothing to release; a completed future, as the SDK's `close` returns one."""
+        return CompletedFuture(None)
 
     def _load(self, base_model: str):
         resolved = resolve_model(base_model)
