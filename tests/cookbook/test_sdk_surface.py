@@ -30,6 +30,8 @@ import pytest
 import torch
 from tinker import types
 
+from losslab.backends.local import LocalSamplingClient, LocalServiceClient, make_tiny_model_dir
+
 SKIP_REASON = (
     "tinker-cookbook 0.6.1 and its import-time deps are not installed; run `make "
     "install-cookbook` (pip install -e '.[cookbook]' && pip install --no-deps "
@@ -48,8 +50,6 @@ try:
     from tinker_cookbook.rl.rollouts import do_group_rollout
 except ImportError as exc:  # the extra is optional
     pytest.skip(f"{SKIP_REASON} ({exc})", allow_module_level=True)
-
-from losslab.backends.local import LocalSamplingClient, LocalServiceClient, make_tiny_model_dir
 
 pytestmark = pytest.mark.skipif(
     tinker_cookbook.__version__ != "0.6.1",
