@@ -228,3 +228,21 @@ def test_builtin_stable_reinforce_equals_custom_on_recorded_samples(service, tin
     bad = _cookbook_datum(prompt, resp.sequences[0], 1.0, plain_id.sequences[0].sequence_id)
     with pytest.raises(ValueError, match="record_stability_info=True"):
         a.forward_backward([bad], "stable_reinforce")
+
+
+def test_builtin_view_keeps_provenance_and_drops_client_keys():
+    """`datums.tinker_visible` (used by the local AND the Tinker backend) must not strip the
+    spans stable_reinforce reads; it still drops client-only keys such as `mask`."""
+    from losslab.backends.datums import tinker_visible
+
+    d = _sr_datum()
+    d = types.Datum(
+        d.model_input,
+        {**d.loss_fn_inputs, "mask": [0.0, 1.0, 1.0]},
+        d.model_input_spans,
+        d.loss_fn_input_spans,
+    )
+    seen = tinker_visible(d, "stable_reinforce")
+    assert seen.loss_fn_input_spans == d.loss_fn_input_spans
+    assert seen.model_input_spans == d.model_input_spans
+    assert sorted(seen.loss_fn_inputs) == ["advantages", "logprobs", "target_tokens"]

@@ -9,6 +9,7 @@ import inspect
 
 import pytest
 import tinker
+import torch
 from tinker import types
 
 from losslab.backends.futures import ClientFuture
@@ -203,10 +204,7 @@ def test_server_capabilities_have_the_sdk_type(service):
         (lambda s, t, p: t.get_console_url(), "Tinker Console"),
         (lambda s, t, p: p.get_sampler_handle(), "get_sampler_handle"),
         (lambda s, t, p: s.copy_weights("x"), "copy_weights"),
-        (
-            lambda s, t, p: s.create_custom_loss(lambda lp: lp, {"logprobs": 1}),
-            "forward_backward_custom",
-        ),
+        (lambda s, t, p: s.create_rest_client().get_billing_usage("a", "b"), "get_billing_usage"),
     ],
 )
 def test_what_needs_the_service_says_so(service, tiny_llama, call, match):
@@ -250,3 +248,57 @@ def test_requests_in_one_tick_run_as_one_generation(service, tiny_llama, monkeyp
     # one-by-one `.result()` still runs each on its own
     sampler.sample(types.ModelInput.from_ints([257]), 1, params).result()
     assert batches == [8, 1]
+
+
+def test_create_custom_loss_handle_runs_like_the_callable(service, tiny_llama):
+    """A LossHandle (the SDK's own tracing) gives the gradient of the same per-datum loss
+    written as a callable; its metrics reduce by suffix (:sum adds, :mean averages)."""
+
+    def is_loss(logprobs, logprobs_ref, advantages):  # per datum, torch only (traceable)
+        loss = -(torch.exp(logprobs - logprobs_ref) * advantages).sum()
+        return loss, {"custom/is:sum": loss, "custom/tokens:mean": logprobs.shape[0] * 1.0}
+
+    def renamed(data):  # the handle reads loss_fn_inputs by parameter name
+        return [
+            types.Datum(
+                d.model_input, {**d.loss_fn_inputs, "logprobs_ref": d.loss_fn_inputs["logprobs"]}
+            )
+            for d in data
+        ]
+
+    handle = service.create_custom_loss(
+        is_loss, {"logprobs": 1, "logprobs_ref": 1, "advantages": 1}
+    ).result()
+    a = service.create_lora_training_client(tiny_llama, rank=4, seed=0).result()
+    b = service.create_lora_training_client(tiny_llama, rank=4, seed=0).result()
+    for tc in (a, b):  # non-zero LoRA B, so gradients reach every matrix
+        tc.forward_backward(rl_batch(1), "importance_sampling").result()
+        tc.optim_step(types.AdamParams(learning_rate=0.05)).result()
+    data = renamed(rl_batch(0))
+    out_a = a.forward_backward_custom(data, handle).result()
+
+    def batch_loss(batch, logprobs_list):  # the same loss as a plain forward_backward_custom fn
+        per_datum = [
+            is_loss(
+                lp,
+                d.loss_fn_inputs["logprobs"].to_torch(),
+                d.loss_fn_inputs["advantages"].to_torch(),
+            )[0]
+            for d, lp in zip(batch, logprobs_list, strict=True)
+        ]
+        return torch.stack(per_datum).sum(), {}
+
+    out_b = b.forward_backward_custom(data, batch_loss).result()
+    ga, gb = a.lora_grads(), b.lora_grads()
+    assert max(float(v.abs().max()) for v in ga.values()) > 1e-5
+    assert max(float((ga[k] - gb[k]).abs().max()) for k in ga) <= 1e-6
+    assert abs(out_a.metrics["custom/is:sum"] - out_b.metrics["loss:sum"]) <= 1e-5
+    assert out_a.metrics["custom/tokens:mean"] == (11 + 8 + 14) / 3
+    other = LocalServiceClient(device="cpu", state_dir=service.state_dir)
+    foreign = other.create_custom_loss(
+        is_loss, {"logprobs": 1, "logprobs_ref": 1, "advantages": 1}
+    ).result()
+    with pytest.raises(ValueError, match="only be used by clients of that session"):
+        a.forward_backward_custom(data, foreign)
+    with pytest.raises(ValueError, match="has no loss_fn_inputs\\['logprobs_ref'\\]"):
+        a.forward_backward_custom(rl_batch(0), handle)

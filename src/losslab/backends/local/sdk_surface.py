@@ -10,6 +10,8 @@ forward_backward, sample, ...). These mixins add what the SDK's `TrainingClient`
   sampling-client factories' `*_async` return the client;
 * `get_telemetry()` (None: nothing is sent anywhere) and `on_queue_state_change` (there is no
   queue locally, so the callback has nothing to report);
+* `forward_backward_custom` also takes a `LossHandle` from `create_custom_loss`, run through the
+  SDK's own client-side path (`handle_as_callable`);
 * the methods that need the Tinker service (external weights, sampler handles that reopen the
   sampler in another process, the Tinker Console) raise `NotAvailableLocally`, which says so and
   what to do instead.
@@ -20,6 +22,11 @@ from __future__ import annotations
 from typing import Any
 
 from tinker import types
+from tinker.lib.public_interfaces.custom_loss import (
+    LossHandle,
+    check_loss_inputs,
+    run_loss_handle,
+)
 
 
 class NotAvailableLocally(NotImplementedError):
@@ -29,6 +36,29 @@ class NotAvailableLocally(NotImplementedError):
         super().__init__(
             f"{what} needs the Tinker service and does not exist on the local backend; {instead}"
         )
+
+
+def handle_as_callable(loss_fn: Any, data: list[types.Datum], session_id: str | None) -> Any:
+    """A `create_custom_loss` handle as the callable `forward_backward_custom` runs: the SDK's
+    own client-side path (its session check, `check_loss_inputs` and `run_loss_handle`: the
+    traced per-datum loss summed over datums, metrics reduced by their :sum/:mean suffix).
+    Anything else is returned unchanged."""
+    if not isinstance(loss_fn, LossHandle):
+        return loss_fn
+    if loss_fn.session_id != session_id:
+        raise ValueError(
+            f"LossHandle {loss_fn.name!r} was created in session {loss_fn.session_id}; it can "
+            "only be used by clients of that session (create it with this client's "
+            "LocalServiceClient.create_custom_loss)"
+        )
+    check_loss_inputs(loss_fn, data)
+    handle: LossHandle = loss_fn
+
+    def run(batch: list[types.Datum], logprobs_list: list[Any]) -> Any:
+        return run_loss_handle(handle, batch, logprobs_list)
+
+    return run
+
 
 
 class TrainingClientSurface:

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from tinker import types
 
-from losslab.backends.futures import ClientFuture, CompletedFuture, client_future
+from losslab.backends.futures import ClientFuture, CompletedFuture, client_future, run_eagerly
 from losslab.backends.local.models import (
     SMOLLM2_NAME,
     find_smollm2_gguf,
@@ -70,8 +70,9 @@ class LocalServiceClient:
     the client, like the SDK's backcompat futures) and have their deprecated `*_async` twins;
     `create_rest_client()` gives a `LocalRestClient` over this service's runs and checkpoint
     folders; `get_server_capabilities()` returns `tinker.types.GetServerCapabilitiesResponse`.
-    What needs the service (`copy_weights`, `create_custom_loss`, the Console URL) raises
-    `NotAvailableLocally` saying what to do instead.
+    `create_custom_loss` traces with the SDK's own `trace_loss` and the handle runs client-side.
+    What needs the service (`copy_weights`, the Console URL) raises `NotAvailableLocally` saying
+    what to do instead.
     """
 
     def __init__(
@@ -115,6 +116,7 @@ class LocalServiceClient:
         # sampling-client labels created with record_stability_info=True: the sequence ids
         # they return (f"{label}/{request}/{sample}") are the ones stable_reinforce accepts
         self._stability_labels: set[str] = set()
+        self._session_id = f"local-session-{os.getpid()}-{next(_IDS)}"  # LossHandle scope
 
     def __repr__(self) -> str:
         return f"LocalServiceClient(device={str(self.device)!r}, dtype={self.dtype})"
@@ -392,12 +394,13 @@ class LocalServiceClient:
             "create_training_client_from_state(copy)",
         )
 
-    def create_custom_loss(self, fn: Any, input_ranks: Any) -> Any:
-        raise NotAvailableLocally(
-            "create_custom_loss (traced per-datum losses uploaded to the server, alpha)",
-            "pass a callable loss_fn(data, logprobs_list) -> (loss, metrics) to "
-            "forward_backward_custom; the local backend runs it in process",
-        )
+    def create_custom_loss(self, fn: Any, input_ranks: Any) -> CompletedFuture[Any]:
+        """A `LossHandle` for `forward_backward_custom`, traced by the SDK's own `trace_loss`
+        (torch.fx; the same validation as on Tinker). It runs client-side, as the SDK runs a
+        handle the server did not take, and only with clients of this service."""
+        from tinker.lib.public_interfaces.custom_loss import trace_loss
+
+        return run_eagerly(lambda: trace_loss(fn, input_ranks, self._session_id))
 
 
 def _read_meta(path: str) -> dict[str, Any]:

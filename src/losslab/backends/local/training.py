@@ -53,7 +53,7 @@ from losslab.backends.local.logprobs import (
     sequence_logprobs,
 )
 from losslab.backends.local.models import clone_sharing_weights
-from losslab.backends.local.sdk_surface import TrainingClientSurface
+from losslab.backends.local.sdk_surface import TrainingClientSurface, handle_as_callable
 from losslab.losses.tinker_adapter import CustomLossFn
 
 LORA_ALPHA = 32
@@ -387,7 +387,8 @@ class LocalTrainingClient(TrainingClientSurface):
 
         def run() -> types.ForwardBackwardOutput:
             batch = check_data(data)
-            if not callable(loss_fn):
+            fn = handle_as_callable(loss_fn, batch, getattr(self._service, "_session_id", None))
+            if not callable(fn):
                 raise ValueError(f"loss_fn must be callable, got {type(loss_fn).__name__}")
             with self._lock:
                 fused = len(self._microbatches(batch)) == 1
@@ -397,7 +398,7 @@ class LocalTrainingClient(TrainingClientSurface):
                     with torch.no_grad():
                         lp_D = [lp.float().cpu() for lp in self._logprobs(batch)]
                     lp_D = [lp.requires_grad_(True) for lp in lp_D]
-                loss, user_metrics, grads = self._custom_loss_grads(loss_fn, batch, lp_D)
+                loss, user_metrics, grads = self._custom_loss_grads(fn, batch, lp_D)
                 if fused:
                     torch.autograd.backward(lp_D, list(grads))
                 else:
