@@ -238,7 +238,7 @@ def test_builtin_view_keeps_provenance_and_drops_client_keys():
     d = _sr_datum()
     d = types.Datum(
         d.model_input,
-        {**d.loss_fn_inputs, "mask": [0.0, 1.0, 1.0]},
+        {**d.loss_fn_inputs, "mask": torch.tensor([0.0, 1.0, 1.0])},
         d.model_input_spans,
         d.loss_fn_input_spans,
     )

@@ -60,7 +60,6 @@ def handle_as_callable(loss_fn: Any, data: list[types.Datum], session_id: str | 
     return run
 
 
-
 class TrainingClientSurface:
     """`tinker.TrainingClient` methods built on the local client's synchronous ones."""
 
