@@ -19,6 +19,7 @@ from losslab.backends.local.builtin_losses import (
 from losslab.backends.local.sdk_surface import NotAvailableLocally
 
 from .conftest import rl_batch
+from .test_local_training import _max_abs, _trained
 
 
 def _datum(n, q, a, mask=None, spans=None):
@@ -124,17 +125,6 @@ def test_stable_reinforce_enforces_the_documented_preconditions():
 
 
 # ---------------------------------------------------------------------------------- on the model
-def _max_abs(a, b):
-    return max(float((a[k] - b[k]).abs().max()) for k in a)
-
-
-def _trained(service, base):
-    tc = service.create_lora_training_client(base, rank=4, seed=0).result()
-    tc.forward_backward(rl_batch(1), "importance_sampling").result()
-    tc.optim_step(types.AdamParams(learning_rate=0.05)).result()
-    return tc
-
-
 def _gspo_custom(data, logprobs_list):
     """The Tinker docs' GSPO snippet, written out again for forward_backward_custom."""
     total = torch.zeros(())
