@@ -31,9 +31,14 @@ T = TypeVar("T")
 C = TypeVar("C")
 
 
+MAX_COALESCE_PASSES = 1000
+"""Bound on the event-loop passes an awaited request waits for others (progress guarantee
+against a producer that queues a new request on every pass)."""
+
+
 async def _until_quiet(queued: Callable[[], int]) -> None:
     """Yield to the event loop until a full pass of it queues no new request."""
-    while True:
+    for _ in range(MAX_COALESCE_PASSES):
         before = queued()
         await asyncio.sleep(0)
         if queued() == before:
