@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 
 import pytest
 import tinker
@@ -105,10 +106,8 @@ def test_client_futures_act_as_the_client(service, tiny_llama):
     # the 0.5.8 rl_loop style: the future used as the client, with the SDK's FutureWarning
     with pytest.warns(FutureWarning, match="Call .result"):
         out = fut.forward_backward(rl_batch(0), "importance_sampling").result()
-    assert (
-        out.metrics["loss:sum"]
-        == fut.result().forward(rl_batch(0), "importance_sampling").result().metrics["loss:sum"]
-    )
+    again = fut.result().forward(rl_batch(0), "importance_sampling").result()
+    assert math.isclose(out.metrics["loss:sum"], again.metrics["loss:sum"], rel_tol=1e-6)
     with pytest.warns(FutureWarning):
         sampler_fut = fut.save_weights_and_get_sampling_client()
     with pytest.warns(FutureWarning):

@@ -14,7 +14,7 @@
    them on a client: only `capture.instrument`, which patches the SDK classes themselves).
 6. Batching under `asyncio.gather`: the cookbook's `do_group_rollout` for 2 groups x 4 envs.
 
-Needs the `cookbook` extra (see README: `make install-cookbook`); skipped without it.
+Needs the `cookbook` extra (`make install-cookbook`); skipped without it (`_cookbook.py`).
 """
 
 from __future__ import annotations
@@ -32,29 +32,19 @@ from tinker import types
 
 from losslab.backends.local import LocalSamplingClient, LocalServiceClient, make_tiny_model_dir
 
-SKIP_REASON = (
-    "tinker-cookbook 0.6.1 and its import-time deps are not installed; run `make "
-    "install-cookbook` (pip install -e '.[cookbook]' && pip install --no-deps "
-    "tinker-cookbook==0.6.1)"
-)
-try:
-    import tinker_cookbook
-    from tinker_cookbook import checkpoint_utils, renderers
-    from tinker_cookbook.completers import TinkerTokenCompleter
-    from tinker_cookbook.distillation import train_on_policy
-    from tinker_cookbook.recipes.math_rl.math_env import MathEnv
-    from tinker_cookbook.rl import metrics as rl_metrics
-    from tinker_cookbook.rl import train as rl_train
-    from tinker_cookbook.rl.data_processing import assemble_training_data
-    from tinker_cookbook.rl.problem_env import ProblemGroupBuilder
-    from tinker_cookbook.rl.rollouts import do_group_rollout
-except ImportError as exc:  # the extra is optional
-    pytest.skip(f"{SKIP_REASON} ({exc})", allow_module_level=True)
+from ._cookbook import require_cookbook
 
-pytestmark = pytest.mark.skipif(
-    tinker_cookbook.__version__ != "0.6.1",
-    reason=f"these tests pin tinker-cookbook 0.6.1, found {tinker_cookbook.__version__}",
-)
+require_cookbook()
+
+from tinker_cookbook import checkpoint_utils, renderers  # noqa: E402
+from tinker_cookbook.completers import TinkerTokenCompleter  # noqa: E402
+from tinker_cookbook.distillation import train_on_policy  # noqa: E402
+from tinker_cookbook.recipes.math_rl.math_env import MathEnv  # noqa: E402
+from tinker_cookbook.rl import metrics as rl_metrics  # noqa: E402
+from tinker_cookbook.rl import train as rl_train  # noqa: E402
+from tinker_cookbook.rl.data_processing import assemble_training_data  # noqa: E402
+from tinker_cookbook.rl.problem_env import ProblemGroupBuilder  # noqa: E402
+from tinker_cookbook.rl.rollouts import do_group_rollout  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
