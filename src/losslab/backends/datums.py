@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -15,6 +16,8 @@ BUILTIN_INPUTS: dict[str, tuple[str, ...]] = {
     "ppo": ("logprobs", "advantages"),
     "cispo": ("logprobs", "advantages"),
     "dro": ("logprobs", "advantages"),
+    "gspo": ("logprobs", "advantages", "sequence_ratio_mask"),
+    "stable_reinforce": ("logprobs", "advantages"),
 }
 BUILTIN_CONFIG: dict[str, tuple[str, ...]] = {
     "cross_entropy": (),
@@ -22,6 +25,8 @@ BUILTIN_CONFIG: dict[str, tuple[str, ...]] = {
     "ppo": ("clip_low_threshold", "clip_high_threshold"),
     "cispo": ("clip_low_threshold", "clip_high_threshold"),
     "dro": ("beta",),
+    "gspo": ("clip_low_threshold", "clip_high_threshold"),
+    "stable_reinforce": ("kl_coeff",),
 }
 
 
@@ -116,9 +121,9 @@ def check_builtin(
 def tinker_visible(datum: types.Datum, loss_fn: str) -> types.Datum:
     """The datum as a built-in loss on the Tinker service sees it: `target_tokens` plus the keys
     that loss reads. Client-only keys (`mask`, `old_logprobs`, ...) are dropped, as the cookbook's
-    `_remove_mask` does before `forward_backward`."""
+    `_remove_mask` does before `forward_backward`; provenance spans are kept (stable_reinforce
+    reads them)."""
     keep = ("target_tokens", *BUILTIN_INPUTS[loss_fn])
-    return types.Datum(
-        model_input=datum.model_input,
-        loss_fn_inputs={k: v for k, v in datum.loss_fn_inputs.items() if k in keep},
+    return dataclasses.replace(
+        datum, loss_fn_inputs={k: v for k, v in datum.loss_fn_inputs.items() if k in keep}
     )

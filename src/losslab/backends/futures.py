@@ -1,25 +1,60 @@
-"""Futures with the Tinker SDK's shape: `.result(timeout=None)`, `await fut`, `result_async()`.
+"""Futures with the Tinker SDK's shape: `.result(timeout=None)`, `await fut`, `result_async()`,
+`.future()` and `.coroutine()` (`tinker.APIFuture`).
 
 The local backend runs training operations eagerly (so submission order is execution order, the
 Tinker sequencing rule) and wraps the value in a completed future. Sampling returns a *lazy*
 future: the work runs when any pending result is first requested, so that several requests can be
 coalesced into one batched generation (see `local.sampling`).
+
+Coalescing under asyncio. Code that awaits each request right after submitting it (the
+cookbook's rollouts: `asyncio.gather` over envs, each doing `await client.sample(...)`) would
+flush one request at a time. So an *awaited* lazy future first yields to the event loop until
+one whole pass of the loop queues no new request on its client (`queued`), then flushes: every
+request submitted in that tick runs in one batched generation, as when a caller submits all
+before reading any. `.result()` (blocking) flushes at once.
+
+Client futures. `create_*_client` return a `ClientFuture`: a future of the client that also
+acts as the client (attribute access is forwarded to the resolved client with the SDK's
+FutureWarning), as the SDK's `BackcompatTrainingClientFuture` / `BackcompatSamplingClientFuture`
+do, so code written for the older SDK that skips `.result()` keeps working.
 """
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import warnings
 from collections.abc import Callable, Generator
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
+C = TypeVar("C")
+
+
+MAX_COALESCE_PASSES = 1000
+"""Bound on the event-loop passes an awaited request waits for others (progress guarantee
+against a producer that queues a new request on every pass)."""
+
+
+async def _until_quiet(queued: Callable[[], int]) -> None:
+    """Yield to the event loop until a full pass of it queues no new request."""
+    for _ in range(MAX_COALESCE_PASSES):
+        before = queued()
+        await asyncio.sleep(0)
+        if queued() == before:
+            return
 
 
 class LazyFuture(Generic[T]):
-    """A future resolved by calling `flush()` (which must call `set_result`/`set_error`)."""
+    """A future resolved by calling `flush()` (which must call `set_result`/`set_error`).
 
-    def __init__(self, flush: Callable[[], None]) -> None:
+    `queued`, when given, counts the requests ever queued on the flushing client; awaiting the
+    future waits for that count to settle within one event-loop pass before flushing.
+    """
+
+    def __init__(self, flush: Callable[[], None], queued: Callable[[], int] | None = None) -> None:
         self._flush = flush
+        self._queued = queued
         self._done = False
         self._value: T | None = None
         self._error: BaseException | None = None
@@ -43,7 +78,14 @@ class LazyFuture(Generic[T]):
         return self._value  # type: ignore[return-value]
 
     async def result_async(self, timeout: float | None = None) -> T:
+        if not self._done and self._queued is not None:
+            await _until_quiet(self._queued)
         return self.result(timeout)
+
+    async def coroutine(self) -> T:
+        """This future as a coroutine (`tinker.APIFuture.coroutine`), for APIs that need one,
+        such as `asyncio.create_task`."""
+        return await self
 
     def __await__(self) -> Generator[Any, None, T]:
         return self.result_async().__await__()
@@ -66,6 +108,36 @@ class CompletedFuture(LazyFuture[T]):
             self.set_error(error)
         else:
             self._value, self._done = value, True
+
+
+class ClientFuture(CompletedFuture[C]):
+    """A completed future of a client that can also be used, deprecated, as the client.
+
+    Mirrors the SDK's `BackcompatClientFuture`: `result()`/`await` give the client; any other
+    public attribute is read from the client with the SDK's FutureWarning, so
+    `service.create_lora_training_client(...).forward_backward(...)` works as on Tinker.
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        warnings.warn(
+            f"Reading `.{name}` from the future returned by a client-creation method is "
+            "deprecated in the tinker SDK (and works locally for the same compatibility). "
+            "Call .result() on the future, or await it, to get the client first.",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return getattr(self.result(), name)
+
+    def __repr__(self) -> str:
+        state = f"failed: {self._error!r}" if self._error is not None else repr(self._value)
+        return f"<ClientFuture: {state}>"
+
+
+def client_future(fn: Callable[[], C]) -> ClientFuture[C]:
+    """Create a client now (errors raise here, see `run_eagerly`) and return its future."""
+    return ClientFuture(fn())
 
 
 def run_eagerly(fn: Callable[[], T]) -> CompletedFuture[T]:

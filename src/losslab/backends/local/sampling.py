@@ -52,6 +52,7 @@ from tinker import types
 
 from losslab.backends.futures import CompletedFuture, LazyFuture
 from losslab.backends.local.logprobs import sequence_logprobs
+from losslab.backends.local.sdk_surface import SamplingClientSurface
 
 DEFAULT_MAX_TOKENS = 512
 
@@ -102,7 +103,7 @@ class _Request:
     future: LazyFuture[types.SampleResponse]
 
 
-class LocalSamplingClient:
+class LocalSamplingClient(SamplingClientSurface):
     """Tinker-shaped sampling client over a frozen snapshot of a (LoRA) model."""
 
     def __init__(
@@ -221,7 +222,9 @@ class LocalSamplingClient:
         if used:
             raise ValueError(f"sample() options not supported by the local backend: {sorted(used)}")
         with self._lock:
-            future: LazyFuture[types.SampleResponse] = LazyFuture(self._flush)
+            future: LazyFuture[types.SampleResponse] = LazyFuture(
+                self._flush, queued=lambda: self._requests
+            )
             self._pending.append(
                 _Request(self._requests, ids, num_samples, params, include_prompt_logprobs, future)
             )

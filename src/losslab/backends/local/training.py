@@ -44,7 +44,8 @@ from losslab.backends.datums import (
     datum_tokens,
     tinker_visible,
 )
-from losslab.backends.futures import CompletedFuture, run_eagerly
+from losslab.backends.futures import CompletedFuture, client_future, run_eagerly
+from losslab.backends.local.builtin_losses import LOCAL_BUILTINS, local_builtin_loss
 from losslab.backends.local.logprobs import (
     can_share_prefix,
     causal_lm,
@@ -52,6 +53,7 @@ from losslab.backends.local.logprobs import (
     sequence_logprobs,
 )
 from losslab.backends.local.models import clone_sharing_weights
+from losslab.backends.local.sdk_surface import TrainingClientSurface, handle_as_callable
 from losslab.losses.tinker_adapter import CustomLossFn
 
 LORA_ALPHA = 32
@@ -119,9 +121,11 @@ def check_adam(p: Any, arg: str = "adam_params") -> types.AdamParams:
     return p
 
 
-class LocalTrainingClient:
+class LocalTrainingClient(TrainingClientSurface):
     """Tinker-shaped LoRA training client. Create it with
     `LocalServiceClient.create_lora_training_client(...).result()`."""
+
+    _user_metadata: dict[str, str] | None = None  # the run's metadata (set by the service)
 
     def __init__(
         self,
@@ -272,8 +276,13 @@ class LocalTrainingClient:
     def _builtin_loss(
         self, loss_fn: str, data: list[types.Datum], lp_D: list[torch.Tensor], config: dict
     ) -> torch.Tensor:
-        """Tinker's built-in losses, all summed over tokens and datums (losslab.losses)."""
+        """Tinker's built-in losses, all summed over tokens and datums (losslab.losses; gspo
+        and stable_reinforce in `local.builtin_losses`)."""
         from losslab.losses import TokenData, get_loss
+
+        if loss_fn in LOCAL_BUILTINS:
+            recorded = getattr(self._service, "recorded_stability_info", None)
+            return local_builtin_loss(loss_fn, data, lp_D, config, recorded)
 
         if loss_fn == "cross_entropy":
             # -(lp * weights).sum() inline: Tinker's CE takes signed weights (the custom-loss
@@ -378,7 +387,8 @@ class LocalTrainingClient:
 
         def run() -> types.ForwardBackwardOutput:
             batch = check_data(data)
-            if not callable(loss_fn):
+            fn = handle_as_callable(loss_fn, batch, getattr(self._service, "_session_id", None))
+            if not callable(fn):
                 raise ValueError(f"loss_fn must be callable, got {type(loss_fn).__name__}")
             with self._lock:
                 fused = len(self._microbatches(batch)) == 1
@@ -388,7 +398,7 @@ class LocalTrainingClient:
                     with torch.no_grad():
                         lp_D = [lp.float().cpu() for lp in self._logprobs(batch)]
                     lp_D = [lp.requires_grad_(True) for lp in lp_D]
-                loss, user_metrics, grads = self._custom_loss_grads(loss_fn, batch, lp_D)
+                loss, user_metrics, grads = self._custom_loss_grads(fn, batch, lp_D)
                 if fused:
                     torch.autograd.backward(lp_D, list(grads))
                 else:
@@ -490,7 +500,8 @@ class LocalTrainingClient:
         record_stability_info: bool = False,
         kind: str = "snapshot",
     ) -> CompletedFuture[Any]:
-        """A sampling client on a frozen copy of the current LoRA weights (base weights shared)."""
+        """A sampling client on a frozen copy of the current LoRA weights (base weights shared).
+        `record_stability_info=True` marks its sequences for stable_reinforce."""
 
         def run() -> Any:
             with self._lock:
@@ -505,9 +516,10 @@ class LocalTrainingClient:
                 tokenizer=self._tokenizer,
                 seed=seed,
                 label=f"{self._model_id}/snapshot-{self._snapshots}",
+                record_stability_info=record_stability_info,
             )
 
-        return run_eagerly(run)
+        return client_future(run)
 
     def _snapshot_model(self) -> torch.nn.Module:
         frozen = {id(p): p for p in self._model.parameters() if not p.requires_grad}
@@ -525,16 +537,23 @@ class LocalTrainingClient:
         """Save the LoRA weights only; the path opens with `create_sampling_client(path)`."""
 
         def run() -> types.SaveWeightsForSamplerResponse:
-            path = self._write_checkpoint(name, with_optimizer=False)
+            path = self._write_checkpoint(name, with_optimizer=False, folder="sampler_weights")
             return types.SaveWeightsForSamplerResponse(path=str(path))
 
         return run_eagerly(run)
 
-    def create_sampling_client(self, model_path: str, retry_config: Any = None) -> Any:
-        return self._service.create_sampling_client(model_path=model_path)
+    def create_sampling_client(
+        self, model_path: str, retry_config: Any = None, record_stability_info: bool = False
+    ) -> Any:
+        return self._service.create_sampling_client(
+            model_path=model_path, record_stability_info=record_stability_info
+        )
 
     # ------------------------------------------------------------------ checkpoints
-    def _checkpoint_dir(self, name: str) -> Path:
+    def _checkpoint_dir(self, name: str, folder: str = "") -> Path:
+        """`name` itself when absolute, else `<state_dir>/<model_id>/[folder/]<name>` (sampler
+        weights go to `sampler_weights/`, so a state and a sampler save of one name coexist,
+        as Tinker's `weights/` and `sampler_weights/` paths do)."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"name must be a non-empty string, got {name!r}")
         path = Path(name).expanduser()
@@ -542,12 +561,12 @@ class LocalTrainingClient:
             return path
         if "/" in name or name in (".", ".."):
             raise ValueError(f"name {name!r} must be a plain name or an absolute path")
-        return self._service.state_dir / self._model_id / name
+        return self._service.state_dir / self._model_id / folder / name
 
-    def _write_checkpoint(self, name: str, *, with_optimizer: bool) -> Path:
+    def _write_checkpoint(self, name: str, *, with_optimizer: bool, folder: str = "") -> Path:
         from safetensors.torch import save_file
 
-        target = self._checkpoint_dir(name)
+        target = self._checkpoint_dir(name, folder)
         with self._lock, atomic_dir(target) as tmp:  # an existing target is replaced whole
             save_file(
                 {n: t.contiguous() for n, t in self.lora_state().items()},
@@ -557,6 +576,8 @@ class LocalTrainingClient:
                 torch.save(self._optimizer.state_dict(), tmp / "optimizer.pt")
             meta = {
                 "format": "losslab-local-checkpoint/1",
+                "model_id": self._model_id,
+                "user_metadata": self._user_metadata,
                 "base_model": self._base_model,
                 "rank": self._rank,
                 "lora_alpha": LORA_ALPHA,
