@@ -206,7 +206,7 @@ def collect(run_dir: Path) -> dict[str, Any]:
         },
         "training": {"curves": _curves(metrics), "steps": {a: len(r) for a, r in metrics.items()}},
         "evaluation": evaluation,
-        "base_model": base_model_facts(base_rows, present, alpha),
+        "base_evaluation": base_model_facts(base_rows, present, alpha),
         "paired": paired,
         "units": units,
         "flipped": flipped_items(present, base_rows, units, roles),
@@ -238,7 +238,7 @@ def figures(facts: dict[str, Any]) -> dict[str, tuple[str, bytes]]:
         pid = "curve-" + metric.replace("/", "-").replace("_", "-")
         out[pid] = (f"training curve: {metric}", plots.curve_png(metric, series))
     acc = {}
-    base = facts.get("base_model") or {}
+    base = facts.get("base_evaluation") or {}
     if base.get("accuracy") is not None:
         acc[plots.BASE_LABEL] = (base["accuracy"], base["correct"], base["n"])
     acc.update(

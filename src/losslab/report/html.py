@@ -331,7 +331,7 @@ def _seeds(verdict: dict[str, Any]) -> str:
 def _evaluation_table(facts: dict[str, Any]) -> str:
     """One row per evaluated unit plus the base model's, with each arm's change vs base."""
     ev = facts.get("evaluation") or {}
-    base = facts.get("base_model") or {}
+    base = facts.get("base_evaluation") or {}
     vs = base.get("versus_base") or {}
     head = (
         "<tr><th>policy</th><th>items</th><th>correct</th><th>accuracy</th>"
@@ -583,7 +583,7 @@ def render_html(facts: dict[str, Any], images: dict[str, tuple[str, str]]) -> st
     s.append("</div></section>")
 
     s.append('<section id="evaluation"><h2>Evaluation</h2>')
-    if facts.get("evaluation") or facts.get("base_model"):
+    if facts.get("evaluation") or facts.get("base_evaluation"):
         s.append(_evaluation_table(facts))
     else:
         s.append('<p class="muted">not reached</p>')

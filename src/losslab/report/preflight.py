@@ -82,9 +82,7 @@ def _provenance(report: dict[str, Any], path: dict[str, Any]) -> list[dict[str, 
 def _tolerance_text(tol: dict[str, Any]) -> str:
     parts = []
     if tol.get("atol") is not None or tol.get("rtol") is not None:
-        parts.append(
-            f"|err| <= {tol.get('atol') or 0:g} + {tol.get('rtol') or 0:g} * |reference|"
-        )
+        parts.append(f"|err| <= {tol.get('atol') or 0:g} + {tol.get('rtol') or 0:g} * |reference|")
     if tol.get("min_cosine") is not None:
         parts.append(f"cosine >= {tol['min_cosine']:g}")
     return "; ".join(parts) or "—"
@@ -105,7 +103,9 @@ def _metric_rows(path: dict[str, Any]) -> list[dict[str, Any]]:
                 "tolerance": _tolerance_text(tol),
                 "elementwise_passed": violations == 0 if isinstance(violations, int) else None,
                 "violations": violations,
-                "cosine_passed": chk.get("cosine_ok") if tol.get("min_cosine") is not None else None,
+                "cosine_passed": chk.get("cosine_ok")
+                if tol.get("min_cosine") is not None
+                else None,
                 "passed": bool(chk.get("passed")),
             }
         )
