@@ -93,7 +93,13 @@ class FakeTrainer:
 class FakeComponents:
     """Built from (plan file, backend) like the real one; `calls` counts work done."""
 
-    def __init__(self, plan_file: Path, backend: str, interrupt_at: int | None = None) -> None:
+    def __init__(
+        self,
+        plan_file: Path,
+        backend: str,
+        interrupt_at: int | None = None,
+        interrupt_eval_at: int | None = None,
+    ) -> None:
         self.plan = json.loads(Path(plan_file).read_text())
         arms = tuple(self.plan["arms"])
         seeds = self.plan.get("seeds", [7])
@@ -108,6 +114,7 @@ class FakeComponents:
         )
         self.calls = {"steps": 0, "preflight": 0, "evaluate": 0}
         self.interrupt_at = interrupt_at
+        self.interrupt_eval_at = interrupt_eval_at
 
     def preflight(self) -> dict[str, Any]:
         self.calls["preflight"] += 1
@@ -169,6 +176,8 @@ class FakeComponents:
 
     def evaluate(self, arm: str, trainer: FakeTrainer) -> list[dict[str, Any]]:
         self.calls["evaluate"] += 1
+        if self.calls["evaluate"] == self.interrupt_eval_at:
+            raise KeyboardInterrupt
         g = torch.Generator().manual_seed(123)  # the same items for every arm
         x = torch.randn(N_EVAL, 4, generator=g)
         with torch.no_grad():
@@ -234,11 +243,16 @@ class FakeComponents:
         return {"device": "cpu", "torch": torch.__version__}
 
 
-def factory(interrupt_at: int | None = None, record: list[FakeComponents] | None = None):
-    """A components factory for `run_plan`; appends each built FakeComponents to `record`."""
+def factory(
+    interrupt_at: int | None = None,
+    record: list[FakeComponents] | None = None,
+    interrupt_eval_at: int | None = None,
+):
+    """A components factory for `run_plan`; appends each built FakeComponents to `record`.
+    `interrupt_eval_at=k` raises KeyboardInterrupt at the k-th evaluation (1 = the base model)."""
 
     def make(plan_file: Path, backend: str) -> FakeComponents:
-        comp = FakeComponents(plan_file, backend, interrupt_at)
+        comp = FakeComponents(plan_file, backend, interrupt_at, interrupt_eval_at)
         if record is not None:
             record.append(comp)
         return comp
