@@ -1,8 +1,9 @@
 """One self-contained HTML page: inline CSS, images as base64 PNG, no network request.
 
 A short inline script marks every plot `data-rendered="yes"` once the browser decoded it (or
-"no" when it failed), and sets `data-plots-rendered="k/n"` on <body>; the Chromium test reads
-those attributes from the dumped DOM.
+"no" when it failed), and sets `data-plots-rendered="k/n"` on <body>, plus counts of what the
+browser parsed (`data-base-row`, `data-provenance-lines`, `data-provenance-warnings`,
+`data-flipped-items`); the Chromium test reads those attributes from the dumped DOM.
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ _SCRIPT = """
     imgs.forEach(function(im){var r=im.complete&&im.naturalWidth>0;
       im.setAttribute('data-rendered',r?'yes':'no');if(r){ok++;}});
     document.body.setAttribute('data-plots-rendered',ok+'/'+imgs.length);
+    var b=document.body,q=function(sel){return document.querySelectorAll(sel).length;};
+    b.setAttribute('data-base-row',q('#evaluation-table tr.base-row'));
+    b.setAttribute('data-provenance-lines',q('#provenance li'));
+    b.setAttribute('data-provenance-warnings',q('#provenance li.not-executed'));
+    b.setAttribute('data-flipped-items',q('#flipped details.flip'));
   }
   if(document.readyState==='complete'){mark();}else{window.addEventListener('load',mark);}
 })();
