@@ -27,7 +27,7 @@ code{background:#f4f4f4;padding:0 .2em}
 .provenance li.executed{background:#e8f5ec}.provenance li.not-executed{background:#fff4e0;
 border-left:4px solid #e69500}
 details.flip{border:1px solid #ddd;border-radius:5px;margin:.3em 0;padding:.2em .6em}
-details.flip>summary{cursor:pointer}pre.completion{white-space:pre-wrap;margin:0;font-size:.9em}
+details.flip>summary{cursor:pointer}pre.completion{white-space:pre-wrap;margin:0;font-size:1em}
 tr.base-row td{background:#f6f6fb}
 """
 
