@@ -44,7 +44,8 @@ def test_each_seed_trains_a_pair_on_its_own_prompts_and_sampling_seeds(run: Path
     assert all(len(r) == 2 for r in rows.values())  # 2 rollout steps per unit
     for step in range(2):
         data = {
-            u: (r[step]["data/problem_ids"], r[step]["data/sampling_seeds"]) for u, r in rows.items()
+            u: (r[step]["data/problem_ids"], r[step]["data/sampling_seeds"])
+            for u, r in rows.items()
         }
         assert data["grpo_seed0"] == data["dppo_seed0"]  # a pair shares its seed's data
         assert data["grpo_seed0.seed1"] == data["dppo_seed0.seed1"]
@@ -68,9 +69,7 @@ def test_report_shows_per_seed_and_pooled_results(run: Path) -> None:
     verdict = json.loads((run / "verdict.json").read_text())
     assert [r["seed"] for r in verdict["per_seed"]] == [0, 1]
     assert verdict["method"] == "paired_hoeffding"  # the plan's rule decides
-    assert verdict["estimate"] == pytest.approx(
-        sum(r["estimate"] for r in verdict["per_seed"]) / 2
-    )
+    assert verdict["estimate"] == pytest.approx(sum(r["estimate"] for r in verdict["per_seed"]) / 2)
     assert verdict["pooled"]["method"] == "two_way_cluster_t"
     assert verdict["pooled"]["deciding"] is False
     assert "2 training seeds (0, 1)" in verdict["statement"]

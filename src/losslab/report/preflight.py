@@ -36,7 +36,8 @@ def _derived_line(source: dict[str, Any], revision: str | None) -> tuple[bool, s
 
 
 def _given(block: Any, side: str) -> dict[str, Any] | None:
-    """A `provenance` entry for `side` (issue 13's shape: {side: {"summary": ..., ...}})."""
+    """A `provenance` entry for `side` ({side: {"summary": ..., ...}} or {side: "summary"}), keyed
+    by reference side (baseline/reference) or arm role (baseline/treatment)."""
     if not isinstance(block, dict):
         return None
     entry = block.get(side)
@@ -61,7 +62,15 @@ def _provenance(report: dict[str, Any], path: dict[str, Any]) -> list[dict[str, 
     for side, role in SIDES.items():
         revision = path.get(f"{side}_revision")
         derived_exec, derived = _derived_line(sources.get(side) or {}, revision)
-        given = _given(path.get("provenance"), side) or _given(report.get("provenance"), side)
+        given = next(
+            (
+                g
+                for block in (path.get("provenance"), report.get("provenance"))
+                for key in (side, role)
+                if (g := _given(block, key)) is not None
+            ),
+            None,
+        )
         if given is not None:
             executed, line = _executed(given, derived_exec), str(given["summary"])
         else:
