@@ -91,3 +91,8 @@ def test_two_way_interval_by_hand() -> None:
 def test_two_way_interval_refuses_one_seed() -> None:
     with pytest.raises(ValueError, match="needs >= 2 seeds, got 1"):
         two_way_cluster_ci(np.zeros((1, 5)), 0.05, (-1.0, 1.0))
+
+
+def test_two_way_interval_without_variation_is_a_point_and_says_so() -> None:
+    est = two_way_cluster_ci(np.zeros((2, 4)), 0.05, (-1.0, 1.0))
+    assert (est.low, est.high) == (0.0, 0.0) and "no variation" in est.note

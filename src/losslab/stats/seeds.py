@@ -65,6 +65,8 @@ def two_way_cluster_ci(d_SN: Any, alpha: float, d_range: tuple[float, float]) ->
     if variance < 0:
         variance = max(v_seed, v_item)
         note = "two-way variance was negative; used the larger one-way variance"
+    if variance == 0:
+        note = "every seed x item difference is equal: no variation, the interval is a point"
     df = n_seeds - 1
     t_crit = float(sps.t.ppf(1.0 - alpha / 2.0, df=df))
     half = t_crit * math.sqrt(variance)
