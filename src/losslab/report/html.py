@@ -329,7 +329,8 @@ def _seeds(verdict: dict[str, Any]) -> str:
             f"{_fmt(pooled.get('estimate'))}, {_fmt(1 - float(pooled.get('alpha', 0.05)))} "
             f"interval {_ci_text(pooled.get('ci'))} (t with {_fmt(det.get('df'))} df, se "
             f"{_fmt(det.get('se'))}, {_fmt(det.get('seeds'))} seeds x {_fmt(det.get('items'))} "
-            f"items).</p><p class='muted'>{escape(str(pooled.get('why') or ''))}</p>"
+            f"items){escape('; ' + pooled['note'] if pooled.get('note') else '')}.</p>"
+            f"<p class='muted'>{escape(str(pooled.get('why') or ''))}</p>"
         )
     return body
 
