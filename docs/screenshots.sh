@@ -31,7 +31,7 @@ sys.stdout.write(html.replace("</body>", extra + "</body>"))
   echo "$out_dir/report-$name.png"
 }
 
-shot verdict "h1,#status,#verdict" 900
+shot verdict "h1,#status,#verdict" 1500
 shot preflight "#preflight" 1150
 shot evaluation "#evaluation" 1000
 shot flipped "#flipped" 1300
