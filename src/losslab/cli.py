@@ -396,6 +396,12 @@ def run(
         "of the plan's architecture (minutes). Catches crashes before GPU hours are spent; "
         "its verdict is not evidence and its run directory cannot be resumed as a real run.",
     ),
+    tracker: str | None = typer.Option(
+        None,
+        "--tracker",
+        help="Mirror metrics.jsonl to 'wandb' or 'trackio' (must be installed; their offline "
+        "modes, e.g. WANDB_MODE=offline, apply). Off by default.",
+    ),
 ) -> None:
     """Run PLAN end to end (preflights, pilot, gate, both arms, evaluation, verdict, report).
 
@@ -426,6 +432,7 @@ def run(
             quiet=quiet,
             data=Path(data) if data else None,
             rehearse=rehearse,
+            tracker=tracker,
         )
     except PlanError as e:
         typer.echo(f"error: plan {plan} is not valid:\n{e}", err=True)

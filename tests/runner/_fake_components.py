@@ -7,7 +7,9 @@ different final weights and evaluation results.
 
 The fake "plan" is a small JSON file:
     {"arms": ["base", "treat"], "steps": 4, "pilot_steps": 2, "gate_min": 0.0,
-     "preflight_pass": true, "executed_model": "fake-model"}
+     "preflight_pass": true, "executed_model": "fake-model", "seeds": [7]}
+With several `seeds`, every arm trains once per seed (units `<arm>` at 7, `<arm>.seed<s>` else)
+and `decide` applies losslab.stats.seeds like the real components.
 `factory(interrupt_at=k)` raises KeyboardInterrupt at the k-th training step call (Ctrl-C).
 """
 
@@ -32,6 +34,7 @@ def write_fake_plan(path: Path, **overrides: Any) -> Path:
         "gate_min": 0.0,
         "preflight_pass": True,
         "executed_model": "fake-model",
+        "seeds": [7],
     }
     plan.update(overrides)
     path.write_text(json.dumps(plan))
@@ -90,18 +93,28 @@ class FakeTrainer:
 class FakeComponents:
     """Built from (plan file, backend) like the real one; `calls` counts work done."""
 
-    def __init__(self, plan_file: Path, backend: str, interrupt_at: int | None = None) -> None:
+    def __init__(
+        self,
+        plan_file: Path,
+        backend: str,
+        interrupt_at: int | None = None,
+        interrupt_eval_at: int | None = None,
+    ) -> None:
         self.plan = json.loads(Path(plan_file).read_text())
         arms = tuple(self.plan["arms"])
+        seeds = self.plan.get("seeds", [7])
+        units = {(a if s == seeds[0] else f"{a}.seed{s}"): (a, s) for s in seeds for a in arms}
         self.schedule = Schedule(
-            arms=arms,
+            arms=tuple(units),
             treatment=arms[1],
             steps=self.plan["steps"],
             pilot_steps=self.plan["pilot_steps"],
-            seeds={a: 7 for a in arms},
+            seeds={u: s for u, (_, s) in units.items()},
+            units={u: a for u, (a, _) in units.items() if u != a},
         )
         self.calls = {"steps": 0, "preflight": 0, "evaluate": 0}
         self.interrupt_at = interrupt_at
+        self.interrupt_eval_at = interrupt_eval_at
 
     def preflight(self) -> dict[str, Any]:
         self.calls["preflight"] += 1
@@ -124,7 +137,7 @@ class FakeComponents:
         return {"passed": True, "checks": [check], "failures": []}
 
     def make_trainer(self, arm: str) -> FakeTrainer:
-        lr = 0.05 if arm == self.schedule.treatment else 0.01
+        lr = 0.05 if self.schedule.plan_arm(arm) == self.plan["arms"][1] else 0.01
         return FakeTrainer(arm, lr, self.calls, self.interrupt_at)
 
     def executed_config(self, arm: str, trainer: Any) -> dict[str, dict[str, Any]]:
@@ -163,16 +176,29 @@ class FakeComponents:
 
     def evaluate(self, arm: str, trainer: FakeTrainer) -> list[dict[str, Any]]:
         self.calls["evaluate"] += 1
+        if self.calls["evaluate"] == self.interrupt_eval_at:
+            raise KeyboardInterrupt
         g = torch.Generator().manual_seed(123)  # the same items for every arm
         x = torch.randn(N_EVAL, 4, generator=g)
         with torch.no_grad():
-            err = (trainer.model(x).squeeze(1) - x.sum(dim=1)).abs()
+            pred = trainer.model(x).squeeze(1)
+            err = (pred - x.sum(dim=1)).abs()
         return [
-            {"id": f"item{i}", "correct": bool(e < 1.0), "error": float(e)}
+            {
+                "id": f"item{i}",
+                "question": f"what is the sum of the 4 inputs of item {i}?",
+                "answer": f"{float(x[i].sum()):.3f}",
+                "completion": f"the sum is {float(pred[i]):.3f}",
+                "prediction": f"{float(pred[i]):.3f}",
+                "correct": bool(e < 1.0),
+                "error": float(e),
+            }
             for i, e in enumerate(err)
         ]
 
     def decide(self, evals: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+        if self.schedule.units:
+            return self._decide_over_seeds(evals)
         base, treat = (evals[a] for a in self.schedule.arms)
         b = sum(t["correct"] and not s["correct"] for t, s in zip(treat, base, strict=True))
         c = sum(s["correct"] and not t["correct"] for t, s in zip(treat, base, strict=True))
@@ -185,15 +211,48 @@ class FakeComponents:
             "n": len(base),
         }
 
+    def _decide_over_seeds(self, evals: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+        from losslab.plan import DecisionRule
+        from losslab.stats.decision import PairedOutcomes
+        from losslab.stats.seeds import decide_over_seeds
+
+        base, treat = self.plan["arms"]
+        rule = DecisionRule.model_validate(
+            {
+                "alpha": 0.05,
+                "method": "paired_hoeffding",
+                "seeds": self.plan["seeds"],
+                "criteria": [
+                    {
+                        "id": "primary",
+                        "metric": "accuracy",
+                        "weights": {"treatment": 1, "baseline": -1},
+                        "bounds": [0, 1],
+                    }
+                ],
+            }
+        )
+        per_seed: dict[int, dict[str, list[dict[str, Any]]]] = {}
+        for unit, rows in evals.items():
+            seed = self.schedule.seeds[unit]
+            per_seed.setdefault(seed, {})[self.schedule.plan_arm(unit)] = rows
+        outcomes = {s: PairedOutcomes.from_records(e) for s, e in per_seed.items()}
+        return decide_over_seeds(rule, outcomes, roles={"treatment": treat, "baseline": base})
+
     def environment(self) -> dict[str, Any]:
         return {"device": "cpu", "torch": torch.__version__}
 
 
-def factory(interrupt_at: int | None = None, record: list[FakeComponents] | None = None):
-    """A components factory for `run_plan`; appends each built FakeComponents to `record`."""
+def factory(
+    interrupt_at: int | None = None,
+    record: list[FakeComponents] | None = None,
+    interrupt_eval_at: int | None = None,
+):
+    """A components factory for `run_plan`; appends each built FakeComponents to `record`.
+    `interrupt_eval_at=k` raises KeyboardInterrupt at the k-th evaluation (1 = the base model)."""
 
     def make(plan_file: Path, backend: str) -> FakeComponents:
-        comp = FakeComponents(plan_file, backend, interrupt_at)
+        comp = FakeComponents(plan_file, backend, interrupt_at, interrupt_eval_at)
         if record is not None:
             record.append(comp)
         return comp

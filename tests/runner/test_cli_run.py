@@ -134,3 +134,13 @@ def test_tinker_clients_are_created_with_the_arms_adam_params() -> None:
     ((base_model, kwargs),) = calls
     assert base_model == comp.plan.base_model
     assert kwargs["adam_params"].learning_rate == comp.plan.adam_config(arm)["learning_rate"]
+
+
+def test_missing_tracker_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError
+    r = _invoke("run", str(GSM8K_PLAN), "--out", str(tmp_path / "run"), "--tracker", "wandb")
+    assert r.exit_code == 1
+    assert "--tracker wandb: the wandb package is not installed" in r.output
+    assert not (tmp_path / "run").exists()

@@ -281,11 +281,31 @@ def test_secrets_never_reach_the_log(
 
 
 def test_progress_bars_mode_runs_and_prints_the_verdict(
-    plan: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    plan: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr("losslab.runner.progress.stdout_is_terminal", lambda: True)
     run_plan(plan, out=tmp_path / "run", quiet=False, components_factory=factory())
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert "treat step 4/4" not in out + err  # on a terminal the bars show the steps
     assert "verdict: " in err and f"report: {(tmp_path / 'run' / 'report.html').resolve()}" in err
     # per-step lines go to run.log in bar mode (the bars show them on screen)
     log = (tmp_path / "run" / "run.log").read_text()
     assert "treat step 4/4" in log and "base step 1/4" in log
+
+
+def test_not_a_terminal_prints_one_line_per_step_and_phase_on_stdout(
+    plan: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`make demo | cat`: stdout is a pipe, so no bars, and every run.log line reaches stdout."""
+    run_plan(plan, out=tmp_path / "run", quiet=False, components_factory=factory())
+    out = capsys.readouterr().out
+    # the pilot is treat's first 2 steps (of 2), then treat continues with steps 3 and 4 of 4
+    expected = ["treat step 1/2 ", "treat step 2/2 ", "treat step 3/4 ", "treat step 4/4 "]
+    expected += [f"base step {k}/4 " for k in range(1, 5)]
+    for line in expected:
+        assert line in out, line
+    for phase in ("preflight", "pilot", "arms", "evaluation", "decision", "report"):
+        assert f"[{phase}] start" in out and f"[{phase}] end after" in out, phase
+    log = (tmp_path / "run" / "run.log").read_text().splitlines()
+    # the same messages as run.log, minus its UTC stamp
+    assert [line.split(" ", 1)[1] for line in log] == [x for x in out.splitlines() if x][: len(log)]

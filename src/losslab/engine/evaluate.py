@@ -20,7 +20,11 @@ __all__ = ["EvalItem", "accuracy", "evaluate", "load_eval", "save_eval"]
 
 @dataclass(frozen=True)
 class EvalItem:
-    """One graded test item (`correct` is what the paired decision rule pairs on `id`)."""
+    """One graded test item (`correct` is what the paired decision rule pairs on `id`).
+
+    `answer` is the reference answer, `prediction` the answer extracted from `completion`;
+    `question` is the text shown to the model (empty in files written before it was recorded).
+    """
 
     id: str
     answer: str
@@ -30,6 +34,7 @@ class EvalItem:
     reward: float
     completion: str
     completion_tokens: int
+    question: str = ""
 
 
 def evaluate(
@@ -79,6 +84,7 @@ def evaluate(
                     reward=grade.reward,
                     completion=text,
                     completion_tokens=len(seq.tokens),
+                    question=problem.question,
                 )
             )
     return items

@@ -19,6 +19,8 @@ from typing import Any
 from losslab.atomic import atomic_write_json, atomic_write_text
 from losslab.report import plots
 from losslab.report.html import render_html
+from losslab.report.items import base_model_facts, flipped_items
+from losslab.report.preflight import preflight_summary
 
 REPORT_FORMAT = 1
 
@@ -92,6 +94,19 @@ def _paired(
     return {"n": len(ids), **cells, "unpaired_items": len(set(t) ^ set(b_))}
 
 
+BASE_EVAL_FILE = "eval_base_model.jsonl"
+"""The initial policy's evaluation (losslab.runner.rundir.RunDir.base_eval_path)."""
+
+
+def _units(schedule: dict[str, Any], arm_names: list[str]) -> dict[str, dict[str, Any]]:
+    """Trained unit -> {"arm": plan arm, "seed": seed}; with one seed every unit is a plan arm."""
+    recorded = schedule.get("units") or {}
+    seeds = schedule.get("seeds") or {}
+    return {
+        a: {"arm": (recorded.get(a) or {}).get("arm", a), "seed": seeds.get(a)} for a in arm_names
+    }
+
+
 def _measured_seconds(manifest: dict[str, Any]) -> float:
     return float(sum(float(p.get("seconds") or 0.0) for p in manifest.get("phases", {}).values()))
 
@@ -127,12 +142,20 @@ def collect(run_dir: Path) -> dict[str, Any]:
     arms_plan = [a for a in plan.get("arms", []) if isinstance(a, dict)]
     arm_names = schedule.get("arms") or [a.get("name") for a in arms_plan]
     treatment = schedule.get("treatment")
+    units = _units(schedule, arm_names)
     roles = {a.get("name"): a.get("role") for a in arms_plan if a.get("role")}
     if treatment:
-        roles.setdefault(treatment, "treatment")
+        roles.setdefault(units.get(treatment, {"arm": treatment})["arm"], "treatment")
+    for unit, info in units.items():  # a seed replica has the role of its plan arm
+        if info["arm"] in roles:
+            roles[unit] = roles[info["arm"]]
+    if treatment:
         for a in arm_names:
             roles.setdefault(a, "baseline")
-    baseline = next((a for a in arm_names if roles.get(a) == "baseline"), None)
+    treatment_seed = units.get(treatment, {}).get("seed") if treatment else None
+    baselines = [a for a in arm_names if roles.get(a) == "baseline"]
+    same_seed = [a for a in baselines if units[a]["seed"] == treatment_seed]
+    baseline = (same_seed or baselines or [None])[0]
 
     metrics = {a: _read_jsonl(run_dir / "arms" / a / "metrics.jsonl") or [] for a in arm_names}
     evals = {a: _read_jsonl(run_dir / f"eval_{a}.jsonl") for a in arm_names}
@@ -142,6 +165,10 @@ def collect(run_dir: Path) -> dict[str, Any]:
         paired = _paired(evals[treatment], evals[baseline])
         if paired is not None:
             paired.update({"treatment": treatment, "baseline": baseline})
+
+    base_rows = _read_jsonl(run_dir / BASE_EVAL_FILE)
+    alpha = float((plan.get("decision_rule") or {}).get("alpha") or 0.05)
+    present = {a: rows for a, rows in evals.items() if rows is not None}
 
     feasibility = _read_json(run_dir / "feasibility.json")
     budget = plan.get("budget") or {}
@@ -167,7 +194,8 @@ def collect(run_dir: Path) -> dict[str, Any]:
                 "checkpoint instead of repeating them."
             ),
         },
-        "preflight": _read_json(run_dir / "preflight.json"),
+        "preflight": (preflight := _read_json(run_dir / "preflight.json")),
+        "preflight_summary": preflight_summary(preflight),
         "restoration": _read_json(run_dir / "restoration.json"),
         "gate": _read_json(run_dir / "pilot" / "gate.json"),
         "executed_config": _read_json(run_dir / "executed_config.json"),
@@ -178,7 +206,10 @@ def collect(run_dir: Path) -> dict[str, Any]:
         },
         "training": {"curves": _curves(metrics), "steps": {a: len(r) for a, r in metrics.items()}},
         "evaluation": evaluation,
+        "base_evaluation": base_model_facts(base_rows, present, alpha),
         "paired": paired,
+        "units": units,
+        "flipped": flipped_items(present, base_rows, units, roles),
         "verdict": _read_json(run_dir / "verdict.json"),
         "environment": {
             **(manifest.get("environment") or {}),
@@ -206,11 +237,17 @@ def figures(facts: dict[str, Any]) -> dict[str, tuple[str, bytes]]:
     for metric, series in facts["training"]["curves"].items():
         pid = "curve-" + metric.replace("/", "-").replace("_", "-")
         out[pid] = (f"training curve: {metric}", plots.curve_png(metric, series))
-    acc = {
-        a: (e["accuracy"], e["correct"], e["n"])
-        for a, e in facts["evaluation"].items()
-        if e["accuracy"] is not None
-    }
+    acc = {}
+    base = facts.get("base_evaluation") or {}
+    if base.get("accuracy") is not None:
+        acc[plots.BASE_LABEL] = (base["accuracy"], base["correct"], base["n"])
+    acc.update(
+        {
+            a: (e["accuracy"], e["correct"], e["n"])
+            for a, e in facts["evaluation"].items()
+            if e["accuracy"] is not None
+        }
+    )
     if acc:
         out["eval-accuracy"] = ("evaluation accuracy per arm", plots.accuracy_png(acc))
     minutes: dict[str, float] = {}

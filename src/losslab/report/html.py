@@ -1,13 +1,13 @@
 """One self-contained HTML page: inline CSS, images as base64 PNG, no network request.
 
 A short inline script marks every plot `data-rendered="yes"` once the browser decoded it (or
-"no" when it failed), and sets `data-plots-rendered="k/n"` on <body>; the Chromium test reads
-those attributes from the dumped DOM.
+"no" when it failed), and sets `data-plots-rendered="k/n"` on <body>, plus counts of what the
+browser parsed (`data-base-row`, `data-provenance-lines`, `data-provenance-warnings`,
+`data-flipped-items`); the Chromium test reads those attributes from the dumped DOM.
 """
 
 from __future__ import annotations
 
-import json
 from html import escape
 from typing import Any
 
@@ -23,6 +23,12 @@ th{background:#f4f4f4}.pass{color:#16794a;font-weight:600}.fail{color:#b3261e;fo
 .verdict{font-size:1.35em;font-weight:700}.muted{color:#666;font-size:.9em}
 .plots{display:flex;flex-wrap:wrap;gap:1em}figure{margin:0}figcaption{font-size:.85em;color:#555}
 code{background:#f4f4f4;padding:0 .2em}
+.provenance{list-style:none;padding:0}.provenance li{padding:.35em .7em;border-radius:5px;margin:.3em 0}
+.provenance li.executed{background:#e8f5ec}.provenance li.not-executed{background:#fff4e0;
+border-left:4px solid #e69500}
+details.flip{border:1px solid #ddd;border-radius:5px;margin:.3em 0;padding:.2em .6em}
+details.flip>summary{cursor:pointer}pre.completion{white-space:pre-wrap;margin:0;font-size:1em}
+tr.base-row td{background:#f6f6fb}
 """
 
 _SCRIPT = """
@@ -32,6 +38,11 @@ _SCRIPT = """
     imgs.forEach(function(im){var r=im.complete&&im.naturalWidth>0;
       im.setAttribute('data-rendered',r?'yes':'no');if(r){ok++;}});
     document.body.setAttribute('data-plots-rendered',ok+'/'+imgs.length);
+    var b=document.body,q=function(sel){return document.querySelectorAll(sel).length;};
+    b.setAttribute('data-base-row',q('#evaluation-table tr.base-row'));
+    b.setAttribute('data-provenance-lines',q('#provenance li'));
+    b.setAttribute('data-provenance-warnings',q('#provenance li.not-executed'));
+    b.setAttribute('data-flipped-items',q('#flipped details.flip'));
   }
   if(document.readyState==='complete'){mark();}else{window.addEventListener('load',mark);}
 })();
@@ -45,8 +56,10 @@ def _fmt(value: Any) -> str:
         return "yes" if value else "no"
     if isinstance(value, float):
         return f"{value:.6g}"
-    if isinstance(value, dict | list):
-        return json.dumps(value, sort_keys=True, default=str)
+    if isinstance(value, dict):  # "key value, ..." with numbers formatted, never raw JSON
+        return ", ".join(f"{k} {_fmt(v)}" for k, v in value.items())
+    if isinstance(value, list):
+        return "[" + ", ".join(_fmt(v) for v in value) + "]"
     return str(value)
 
 
@@ -191,11 +204,15 @@ def _verdict(verdict: dict[str, Any] | None) -> str:
         "secondary",
         "criteria",
         "verdict",
+        "per_seed",
+        "pooled",
+        "seeds",
     }
     facts.update(
         {k: v for k, v in verdict.items() if k not in known and not isinstance(v, dict | list)}
     )
     body += _kv_table({k: v for k, v in facts.items() if v is not None})
+    body += _seeds(verdict)
     if isinstance(verdict.get("secondary"), dict) and verdict["secondary"]:
         body += "<h3>Secondary analyses (reported, not deciding)</h3>"
         body += _secondary_table(verdict["secondary"])
@@ -212,6 +229,221 @@ def _verdict(verdict: dict[str, Any] | None) -> str:
             ]
         )
     return body
+
+
+def _preflight(artifact: dict[str, Any] | None, summary: dict[str, Any] | None) -> str:
+    """Provenance line per side (a warning when the pinned source was not executed), each error
+    with its tolerance and per-metric result, and the fired fractions; else the checks table."""
+    if artifact is None or summary is None:
+        return _checks_table(artifact, "The correctness preflight")
+    passed = artifact.get("passed")
+    out = [
+        f'<p>Result: <span class="{"pass" if passed else "fail"}">'
+        f"{'passed' if passed else 'FAILED'}</span></p>",
+        '<h3>Where each reference came from</h3><ul class="provenance" id="provenance">',
+    ]
+    for row in summary["provenance"]:
+        cls = "executed" if row["executed"] else "not-executed"
+        mark = "" if row["executed"] else "<b>WARNING:</b> "
+        out.append(
+            f'<li class="{cls}" data-side="{escape(row["side"])}">{mark}'
+            f"<b>{escape(row['role'])} side ({escape(str(row['path']))})</b>: "
+            f"{escape(row['summary'])}</li>"
+        )
+    out.append("</ul>")
+    if not all(r["executed"] for r in summary["provenance"]):
+        out.append(
+            '<p class="muted">A re-derivation checks losslab against its own reading of the '
+            "reference's formula. Pass <code>--source owner/repo=PATH</code> (a checkout of the "
+            "pinned repository) to execute the pinned source instead.</p>"
+        )
+    metric_rows = "".join(
+        "<tr>"
+        + _cell(m["check"])
+        + _cell(_sci(m["max_abs_error"]))
+        + _cell(_sci(m["relative_l2_error"]))
+        + _cell(_cos(m["cosine_similarity"]))
+        + _cell(m["tolerance"])
+        + _passed_cell(m["elementwise_passed"])
+        + _passed_cell(m["cosine_passed"])
+        + _passed_cell(m["passed"])
+        + "</tr>"
+        for m in summary["metrics"]
+    )
+    out.append(
+        '<h3>Errors against tolerances</h3><table id="preflight-errors"><tr><th>check</th>'
+        "<th>max |error|</th><th>relative L2 error</th><th>cosine</th><th>tolerance</th>"
+        "<th>elementwise</th><th>cosine</th><th>result</th></tr>"
+        f"{metric_rows}</table>"
+    )
+    if summary["fired"]:
+        out.append("<h3>Clip/mask fired on the fixture (share of loss tokens)</h3>")
+        out.append(
+            _rows_table(
+                [
+                    {k: (_pct(v) if "fraction" in k else v) for k, v in r.items()}
+                    for r in summary["fired"]
+                ]
+            )
+        )
+    return "".join(out)
+
+
+def _sci(value: Any) -> str:
+    return f"{value:.3g}" if isinstance(value, int | float) else "—"
+
+
+def _cos(value: Any) -> str:
+    return f"{value:.6f}" if isinstance(value, int | float) else "—"
+
+
+def _pct(value: Any) -> str:
+    return f"{100 * value:.1f}%" if isinstance(value, int | float) else "—"
+
+
+def _seeds(verdict: dict[str, Any]) -> str:
+    """Per-seed verdicts and the pooled two-way interval of a several-seed run."""
+    per_seed = verdict.get("per_seed")
+    if not isinstance(per_seed, list) or not per_seed:
+        return ""
+    rows = [
+        {
+            "seed": r.get("seed"),
+            "estimate": r.get("estimate"),
+            "interval (plan's rule)": _ci_text(r.get("ci")),
+            "verdict": r.get("verdict"),
+            **{f"mean {k}": v for k, v in (r.get("arm_means") or {}).items()},
+        }
+        for r in per_seed
+    ]
+    body = (
+        '<h3 id="per-seed">Per-seed verdicts (reported; the plan\'s rule decides on the '
+        "seed-averaged items above)</h3>" + _rows_table(rows)
+    )
+    pooled = verdict.get("pooled")
+    if isinstance(pooled, dict):
+        det = pooled.get("details") or {}
+        body += (
+            '<h3 id="pooled">Pooled over seeds (reported, not deciding)</h3>'
+            f'<p id="pooled-text">{escape(str(pooled.get("method")))}: estimate '
+            f"{_fmt(pooled.get('estimate'))}, {_fmt(1 - float(pooled.get('alpha', 0.05)))} "
+            f"interval {_ci_text(pooled.get('ci'))} (t with {_fmt(det.get('df'))} df, se "
+            f"{_fmt(det.get('se'))}, {_fmt(det.get('seeds'))} seeds x {_fmt(det.get('items'))} "
+            f"items){escape('; ' + pooled['note'] if pooled.get('note') else '')}.</p>"
+            f"<p class='muted'>{escape(str(pooled.get('why') or ''))}</p>"
+        )
+    return body
+
+
+def _evaluation_table(facts: dict[str, Any]) -> str:
+    """One row per evaluated unit plus the base model's, with each arm's change vs base."""
+    ev = facts.get("evaluation") or {}
+    base = facts.get("base_evaluation") or {}
+    vs = base.get("versus_base") or {}
+    head = (
+        "<tr><th>policy</th><th>items</th><th>correct</th><th>accuracy</th>"
+        "<th>change vs base model</th><th>interval (paired Hoeffding, reported)</th>"
+        "<th>b / c vs base</th></tr>"
+    )
+    rows = []
+    if base:
+        rows.append(
+            '<tr class="base-row" id="base-row"><td>base model (initial policy, shared by '
+            "every arm)</td>"
+            + _cell(base.get("n"))
+            + _cell(base.get("correct"))
+            + _cell(base.get("accuracy"))
+            + "<td>—</td><td>—</td><td>—</td></tr>"
+        )
+    for unit, e in ev.items():
+        d = vs.get(unit) or {}
+        change = f"{d['estimate']:+.4f}" if isinstance(d.get("estimate"), int | float) else "—"
+        bc = f"{d['b']} / {d['c']}" if "b" in d else "—"
+        rows.append(
+            "<tr>"
+            + _cell(unit)
+            + _cell(e.get("n"))
+            + _cell(e.get("correct"))
+            + _cell(e.get("accuracy"))
+            + f'<td class="vs-base">{escape(change)}</td>'
+            + _cell(_ci_text(d.get("ci")) if d else None)
+            + _cell(bc)
+            + "</tr>"
+        )
+    note = ""
+    if base:
+        note = (
+            "<p class='muted'>The base model is the initial policy (both arms start from these "
+            "weights), evaluated once on the same items. Change vs base = arm accuracy minus base "
+            "accuracy over the paired items; b = arm right and base wrong, c = the reverse. "
+            "Reported, not deciding.</p>"
+        )
+        if base.get("versus_base_error"):
+            note += f"<p class='fail'>{escape(base['versus_base_error'])}</p>"
+    else:
+        note = "<p class='muted'>The base model was not evaluated in this run.</p>"
+    return f'<table id="evaluation-table">{head}{"".join(rows)}</table>{note}'
+
+
+def _answer_cells(view: dict[str, Any] | None) -> str:
+    if view is None:
+        return "<td>—</td><td>—</td><td>—</td>"
+    grade = "right" if view.get("correct") else "wrong"
+    cls = "pass" if view.get("correct") else "fail"
+    return (
+        f'<td><pre class="completion">{escape(str(view.get("completion") or ""))}</pre></td>'
+        + _cell(view.get("prediction"))
+        + f'<td class="{cls}">{grade}</td>'
+    )
+
+
+def _flipped(groups: list[dict[str, Any]] | None) -> str:
+    if not groups:
+        return '<p class="muted">not reached (no paired evaluation yet)</p>'
+    out = []
+    for g in groups:
+        t, b = str(g["treatment"]), str(g["baseline"])
+        seed = f" (seed {g['seed']})" if len(groups) > 1 else ""
+        kinds = {
+            "b": [i for i in g["items"] if i["kind"] == "b"],
+            "c": [i for i in g["items"] if i["kind"] == "c"],
+        }
+        out.append(
+            f"<h3>{escape(t)} vs {escape(b)}{escape(seed)}: {len(g['items'])} discordant "
+            f"items (b = {len(kinds['b'])}, c = {len(kinds['c'])})</h3>"
+        )
+        for kind, label in (("b", f"{t} right, {b} wrong"), ("c", f"{b} right, {t} wrong")):
+            items = kinds[kind]
+            out.append(
+                f'<details class="flip-group" data-kind="{kind}"><summary><b>{kind} = '
+                f"{len(items)}</b>: {escape(label)}</summary>"
+            )
+            for it in items:
+                question = str(it.get("question") or "")
+                short = question if len(question) <= 110 else question[:107] + "..."
+                rows = [
+                    "<tr><th>policy</th><th>completion</th><th>extracted answer</th>"
+                    "<th>grade</th></tr>",
+                    f"<tr><td>{escape(t)}</td>{_answer_cells(it.get('treatment'))}</tr>",
+                    f"<tr><td>{escape(b)}</td>{_answer_cells(it.get('baseline'))}</tr>",
+                ]
+                if it.get("base_model") is not None:
+                    rows.append(
+                        f"<tr><td>base model</td>{_answer_cells(it.get('base_model'))}</tr>"
+                    )
+                out.append(
+                    f'<details class="flip" data-item="{escape(str(it["id"]))}"><summary>'
+                    f"<code>{escape(str(it['id']))}</code> {escape(short)}</summary>"
+                    f"<p><b>Question:</b> {escape(question) or '—'}</p>"
+                    f"<p><b>Reference answer:</b> <code>{escape(_fmt(it.get('answer')))}</code></p>"
+                    f"<table>{''.join(rows)}</table></details>"
+                )
+            out.append("</details>")
+    out.append(
+        "<p class='muted'>Collapsed sections open when the browser's find (Ctrl-F) matches text "
+        "inside them. Every item, flipped or not, is in <code>eval_&lt;arm&gt;.jsonl</code>.</p>"
+    )
+    return "".join(out)
 
 
 def _rows_table(rows: list[dict[str, Any]]) -> str:
@@ -297,7 +529,7 @@ def render_html(facts: dict[str, Any], images: dict[str, tuple[str, str]]) -> st
     s.append("</section>")
 
     s.append('<section id="preflight"><h2>Correctness preflight (errors vs tolerances)</h2>')
-    s.append(_checks_table(facts.get("preflight"), "The correctness preflight") + "</section>")
+    s.append(_preflight(facts.get("preflight"), facts.get("preflight_summary")) + "</section>")
     s.append('<section id="restoration"><h2>Restoration preflight</h2>')
     s.append(_checks_table(facts.get("restoration"), "The restoration preflight") + "</section>")
 
@@ -358,9 +590,8 @@ def render_html(facts: dict[str, Any], images: dict[str, tuple[str, str]]) -> st
     s.append("</div></section>")
 
     s.append('<section id="evaluation"><h2>Evaluation</h2>')
-    ev = facts.get("evaluation") or {}
-    if ev:
-        s.append(_rows_table([{"arm": a, **v} for a, v in ev.items()]))
+    if facts.get("evaluation") or facts.get("base_evaluation"):
+        s.append(_evaluation_table(facts))
     else:
         s.append('<p class="muted">not reached</p>')
     s.append(_img("eval-accuracy", images))
@@ -376,6 +607,9 @@ def render_html(facts: dict[str, Any], images: dict[str, tuple[str, str]]) -> st
             "pairs the decision rule rests on.</p>"
         )
     s.append("</section>")
+
+    s.append('<section id="flipped"><h2>Flipped items (the discordant pairs)</h2>')
+    s.append(_flipped(facts.get("flipped")) + "</section>")
 
     s.append('<section id="environment"><h2>Environment</h2>')
     s.append(_kv_table(facts.get("environment")) + "</section>")

@@ -21,7 +21,11 @@ CURVE_METRICS: dict[str, str] = {
 }
 """Training curves drawn per arm, by stable metric name (docs/interfaces.md)."""
 
+BASE_LABEL = "base model"
+"""The initial policy's bar in the accuracy plot (drawn grey, first)."""
+
 _DPI = 96
+_ARM_COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b2", "#937860"]
 
 
 def _png(fig: Any) -> bytes:
@@ -52,7 +56,9 @@ def accuracy_png(accuracy: dict[str, tuple[float, int, int]]) -> bytes:
     fig, ax = plt.subplots(figsize=(4.2, 3.0))
     names = list(accuracy)
     values = [accuracy[a][0] for a in names]
-    bars = ax.bar(names, values, color=["#4c72b0", "#dd8452", "#55a868", "#c44e52"][: len(names)])
+    arm_colors = iter(_ARM_COLORS * (1 + len(names) // len(_ARM_COLORS)))
+    colors = ["#9e9e9e" if a == BASE_LABEL else next(arm_colors) for a in names]
+    bars = ax.bar(names, values, color=colors)
     for bar, a in zip(bars, names, strict=True):
         acc, k, n = accuracy[a]
         ax.annotate(
@@ -65,6 +71,8 @@ def accuracy_png(accuracy: dict[str, tuple[float, int, int]]) -> bytes:
     ax.set_ylim(0, max([1.0, *values]) * 1.15)
     ax.set_ylabel("accuracy")
     ax.set_title("evaluation accuracy per arm", fontsize=10)
+    if len(names) > 3:
+        ax.tick_params(axis="x", labelrotation=20, labelsize=8)
     return _png(fig)
 
 

@@ -73,7 +73,8 @@ class BackendArmTrainer:
 
     `step(i)` is `ArmLoop.step(i)` (one `engine.rl_step`); the backend saves and loads the
     client's weights and optimizer state. The data cursor is the step index, so the weights,
-    the optimizer state and the step index are the whole state.
+    the optimizer state and the step index are the whole state. With several seeds, `arm` is a
+    trained unit and its seed picks the training order and sampling seeds it shares with its pair.
     """
 
     def __init__(self, comp: DefaultComponents, arm: str, loop: Any) -> None:
@@ -107,6 +108,30 @@ class BackendArmTrainer:
         self.loop.client = None
 
 
+class _TrainOrder:
+    """The task with another training order (a seed replica's); everything else is the task's."""
+
+    def __init__(self, task: Any, train: list[Any]) -> None:
+        self._task, self.train = task, train
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._task, name)
+
+
+def seed_units(plan: Any) -> dict[str, tuple[str, int]]:
+    """Trained unit -> (plan arm, seed). One seed: the plan's arms. Several (decision_rule.seeds):
+    one pair per seed, seed-major; a plan arm keeps its name at its own seed and is
+    `<arm>.seed<s>` at every other seed."""
+    seeds = list(dict.fromkeys(plan.decision_rule.seeds))
+    if len(seeds) <= 1:
+        return {a.name: (a.name, a.seed) for a in plan.arms}
+    return {
+        (a.name if s == a.seed else f"{a.name}.seed{s}"): (a.name, s)
+        for s in seeds
+        for a in plan.arms
+    }
+
+
 class DefaultComponents:
     """Components for `run_plan` from a plan file and a backend name (`losslab.backends.BACKENDS`)."""
 
@@ -129,14 +154,17 @@ class DefaultComponents:
         self.backend = backend
         self.data = Path(data) if data is not None else None
         self.run_tag = f"losslab-{int(time.time())}"
+        self._train_orders: dict[int, list[Any]] = {}
         roles = self.plan.arm_roles()
         steps = self.plan.rollout_steps
+        units = seed_units(self.plan)
         self.schedule = Schedule(
-            arms=tuple(a.name for a in self.plan.arms),
+            arms=tuple(units),
             treatment=roles["treatment"],
             steps=steps,
             pilot_steps=min(self.plan.engine.pilot_steps, steps),
-            seeds={a.name: a.seed for a in self.plan.arms},
+            seeds={u: seed for u, (_, seed) in units.items()},
+            units={u: arm for u, (arm, _) in units.items() if u != arm},
         )
 
     # --- shared resources, created on first use ----------------------------------------------
@@ -183,18 +211,32 @@ class DefaultComponents:
         except (ValueError, FileNotFoundError, OSError) as e:
             raise RunError(f"task {self.plan.task_name!r} could not be built: {e}") from e
 
+    def train_order(self, seed: int) -> list[Any]:
+        """The training problems in the order a unit with `seed` draws them: the task's own order
+        for the plan's seed, a seeded permutation of it for every other seed (the test items,
+        and so the paired evaluation, stay the same for every seed)."""
+        if seed not in self._train_orders:
+            import numpy as np
+
+            train = list(self.task.train)
+            if seed != self.plan.arms[0].seed:
+                train = [train[i] for i in np.random.default_rng(seed).permutation(len(train))]
+            self._train_orders[seed] = train
+        return self._train_orders[seed]
+
     def _create_client(self, arm_name: str) -> Any:
         import tinker
         from tinker import types
 
-        arm = self.plan.arm(arm_name)
+        arm = self.plan.arm(self.schedule.plan_arm(arm_name))
+        seed = self.schedule.seeds[arm_name]  # a seed replica's own seed
         # adam_params at creation on every backend (TinkerServiceClient keeps them for
         # `optim_step()` and `optimizer_config()`), so the executed-config check reads the plan's
         # optimizer before the first step.
         adam = types.AdamParams(**self.plan.adam_config(arm))
         try:
             return self.service.create_lora_training_client(
-                self.base_model, rank=self.plan.lora_rank, seed=arm.seed, adam_params=adam
+                self.base_model, rank=self.plan.lora_rank, seed=seed, adam_params=adam
             ).result()
         except BackendUnavailable:
             raise
@@ -209,21 +251,21 @@ class DefaultComponents:
         from losslab.losses import as_tinker_loss_fn
         from losslab.plan import GATE_METRICS
 
-        arm = self.plan.arm(arm_name)
+        arm = self.plan.arm(self.schedule.plan_arm(arm_name))
         eng = self.plan.engine
         adam = self.plan.adam_config(arm)
         loss = self.losses[arm.name]
         side = {}
-        if arm.name == self.schedule.treatment:  # the gate reads side losses on the same batches
+        if arm_name == self.schedule.treatment:  # the gate reads side losses on the same batches
             side = {
                 role: as_tinker_loss_fn(self.losses[self.plan.arm(role).name])
                 for role in side_losses_for(GATE_METRICS)
             }
         return ArmConfig(
-            name=arm.name,
+            name=arm_name,
             loss_fn=as_tinker_loss_fn(loss),
             loss_name=loss.name,
-            seed=arm.seed,
+            seed=self.schedule.seeds[arm_name],
             learning_rate=adam["learning_rate"],
             beta1=adam["beta1"],
             beta2=adam["beta2"],
@@ -352,7 +394,11 @@ class DefaultComponents:
     def make_trainer(self, arm: str) -> BackendArmTrainer:
         from losslab.engine import ArmLoop
 
-        loop = ArmLoop(self._create_client(arm), self.task, self._arm_config(arm))
+        config = self._arm_config(arm)
+        task = self.task
+        if config.seed != self.plan.arms[0].seed:  # a seed replica draws its own training order
+            task = _TrainOrder(self.task, self.train_order(config.seed))
+        loop = ArmLoop(self._create_client(arm), task, config)
         return BackendArmTrainer(self, arm, loop)
 
     def executed_config(self, arm: str, trainer: BackendArmTrainer) -> dict[str, dict[str, Any]]:
@@ -371,7 +417,7 @@ class DefaultComponents:
         opt = getattr(trainer.client, "optimizer_config", None)
         if callable(opt):
             actual = opt()
-            planned = self.plan.adam_config(arm)
+            planned = self.plan.adam_config(self.schedule.plan_arm(arm))
             for key in ("learning_rate", "beta1", "beta2", "eps"):
                 out[f"adam.{key}"] = {"plan": planned[key], "executed": actual.get(key)}
         return out
@@ -515,10 +561,17 @@ class DefaultComponents:
 
     def decide(self, evals: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         from losslab.stats.decision import PairedOutcomes, decide
+        from losslab.stats.seeds import decide_over_seeds
 
-        outcomes = PairedOutcomes.from_records(evals)
-        verdict = decide(self.plan.decision_rule, outcomes, plan=self.plan).to_dict()
-        return verdict
+        if not self.schedule.units:  # one seed: the plan's rule on the one pair
+            outcomes = PairedOutcomes.from_records(evals)
+            return decide(self.plan.decision_rule, outcomes, plan=self.plan).to_dict()
+        per_seed: dict[int, dict[str, list[dict[str, Any]]]] = {}
+        for unit, rows in evals.items():
+            seed = self.schedule.seeds[unit]
+            per_seed.setdefault(seed, {})[self.schedule.plan_arm(unit)] = rows
+        outcomes_by_seed = {s: PairedOutcomes.from_records(e) for s, e in per_seed.items()}
+        return decide_over_seeds(self.plan.decision_rule, outcomes_by_seed, plan=self.plan)
 
     def environment(self) -> dict[str, Any]:
         import importlib.metadata as md

@@ -1,6 +1,8 @@
-"""What a run prints: rich progress bars (phase and step, with ETA) or plain lines in quiet mode.
+"""What a run prints: rich progress bars (phase and step, with ETA) on a terminal, else plain lines.
 
-Every message also lands in the run directory's `run.log` with a UTC timestamp. Secrets (the
+On a terminal the bars go to stderr. When stdout is not a terminal (CI, `| tee`, `| cat`) or with
+`--quiet`, every line run.log gets (one per phase start and end, one per RL step) is printed to
+stdout as it happens, flushed, without bars. Every message also lands in the run directory's `run.log` with a UTC timestamp. Secrets (the
 value of TINKER_API_KEY and any other value passed in `secrets`) are replaced by `***` before a
 line is printed or written.
 """
@@ -8,6 +10,7 @@ line is printed or written.
 from __future__ import annotations
 
 import datetime as _dt
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,19 +31,29 @@ from rich.progress import (
 from losslab.runner.rundir import redact
 
 
+def stdout_is_terminal() -> bool:
+    """Whether progress bars make sense: stdout is an interactive terminal."""
+    return sys.stdout.isatty()
+
+
 class RunConsole:
     """Progress display plus the run log.
 
     Args:
         log_path: `run.log` in the run directory (appended to; None before the directory exists).
-        quiet: no bars, one plain line per phase and per step (for CI logs and `nohup`).
+        quiet: no bars, one plain line per phase and per step (for CI logs and `nohup`); also
+            the mode whenever stdout is not a terminal.
         total_phases: how many phases the phase bar counts.
     """
 
     def __init__(self, log_path: Path | None, *, quiet: bool, total_phases: int) -> None:
         self.log_path = log_path
-        self.quiet = quiet
-        self.console = Console(stderr=True, highlight=False)
+        self.quiet = quiet or not stdout_is_terminal()
+        quiet = self.quiet
+        if quiet:  # plain lines on stdout, one per message, never wrapped or styled
+            self.console = Console(file=sys.stdout, highlight=False, soft_wrap=True)
+        else:
+            self.console = Console(stderr=True, highlight=False)
         self._progress: Progress | None = None
         self._phase_task: TaskID | None = None
         if not quiet:
@@ -69,6 +82,7 @@ class RunConsole:
                 self._progress.console.print(message, markup=False, soft_wrap=True)
             else:
                 self.console.print(message, markup=False, soft_wrap=True)
+                self.console.file.flush()  # a pipe is block-buffered: show each line now
 
     @contextmanager
     def phase(self, name: str, detail: str = "") -> Iterator[None]:

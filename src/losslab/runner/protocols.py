@@ -8,7 +8,7 @@ run-directory, checkpoint and resume machinery with a fake in a fraction of a se
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -24,6 +24,9 @@ class Schedule:
         pilot_steps: the first `pilot_steps` steps of the treatment arm form the gate's pilot;
             the treatment arm continues from the pilot's checkpoint instead of redoing them.
         seeds: each arm's seed; the global RNGs are reseeded with it before the arm starts.
+        units: with several seeds (decision_rule.seeds), `arms` lists one trained unit per
+            (plan arm, seed) and `units` maps each to its plan arm; empty means every entry of
+            `arms` is a plan arm.
     """
 
     arms: tuple[str, ...]
@@ -31,6 +34,11 @@ class Schedule:
     steps: int
     pilot_steps: int
     seeds: dict[str, int]
+    units: dict[str, str] = field(default_factory=dict)
+
+    def plan_arm(self, unit: str) -> str:
+        """The plan arm a trained unit replicates (the unit itself with one seed)."""
+        return self.units.get(unit, unit)
 
 
 class ArmTrainer(Protocol):

@@ -2,7 +2,10 @@
 
     correctness preflight -> restoration preflight -> pilot (first k steps of the treatment arm)
     -> feasibility projection from the pilot's measured timings -> activation gate on the pilot
-    -> both arms -> evaluation -> decision rule -> report
+    -> both arms -> evaluation (the base model once, then each arm) -> decision rule -> report
+
+With several seeds in decision_rule.seeds, "both arms" is one pair of arms per seed (the
+schedule's units); everything else is the same.
 
 A phase whose artifact is already recorded as done in manifest.json is skipped, and training
 continues from each arm's newest checkpoint; that is all `--resume` does. A failed check stops
@@ -35,6 +38,7 @@ from losslab.runner.errors import CheckFailed, RunDirError, RunError
 from losslab.runner.progress import RunConsole
 from losslab.runner.protocols import ArmTrainer, Components
 from losslab.runner.rundir import (
+    BASE_MODEL,
     PHASES,
     RunDir,
     atomic_write_jsonl,
@@ -42,6 +46,7 @@ from losslab.runner.rundir import (
     read_jsonl,
     write_json_artifact,
 )
+from losslab.runner.trackers import MetricsMirror, open_tracker
 
 KEEP_CHECKPOINTS = 2  # newest two per arm: resume needs one, the other guards a bad disk write
 EVAL_SEED_OFFSET = 1_000_003  # eval RNG stream differs from training's, same for every arm
@@ -85,6 +90,7 @@ def run_plan(
     data: Path | None = None,
     components_factory: ComponentsFactory | None = None,
     rehearse: bool = False,
+    tracker: str | None = None,
 ) -> RunResult:
     """Run (or resume) the experiment in `plan_file`; returns the run directory and verdict.
 
@@ -103,6 +109,9 @@ def run_plan(
         rehearse: a dress rehearsal (`runner.rehearsal`): every phase of the plan at toy scale
             on a random model of its architecture, on the CPU; never stops at a failed check;
             its directory is marked REHEARSAL and can never be resumed as a real run.
+        tracker: "wandb" or "trackio" mirrors every metrics.jsonl row to that tracker (its own
+            offline settings apply); None (default) logs to the run directory only. Do not use
+            it for runs whose metrics must stay on this machine with wandb online.
 
     Raises:
         RunError (and subclasses), PlanError: with a message fit for the user.
@@ -124,6 +133,12 @@ def run_plan(
     rehearsal = getattr(components, "rehearsal", None) if rehearse else None
     if rehearse:
         force = True  # a rehearsal reaches every phase; each check's outcome is still recorded
+    if BASE_MODEL in components.schedule.arms:
+        raise RunError(
+            f"an arm is named {BASE_MODEL!r}, the name of the initial policy's evaluation "
+            f"(eval_{BASE_MODEL}.jsonl); rename the arm"
+        )
+    mirror = open_tracker(tracker)  # a missing tracker package fails before any write
 
     try:
         if resume is not None:
@@ -146,6 +161,8 @@ def run_plan(
         raise RunDirError(f"cannot write the run directory: {e}") from e
     force = bool(run.read_manifest().get("force"))
     console = RunConsole(run.log_path, quiet=quiet, total_phases=len(PHASES))
+    if mirror is not None:
+        mirror.start(run.root.name, _tracker_config(run))
     how = f"resuming {run.root}" if resume is not None else f"run directory {run.root}"
     flag = " --rehearse" if rehearse else ""
     console.log(f"losslab run {plan_file} --backend {backend}{flag}: {how}")
@@ -156,7 +173,7 @@ def run_plan(
     resume_hint = f"losslab run {plan_file} --backend {backend}{flag} --resume {run.root}"
     threads = torch.get_num_threads()  # a resume may pin it to the original run's; restored below
     try:
-        return _Runner(run, components, console, force).run()
+        return _Runner(run, components, console, force, mirror).run()
     except KeyboardInterrupt as e:
         console.log(f"interrupted; the run directory is resumable: {resume_hint}")
         raise RunInterrupted(f"interrupted. Continue with: {resume_hint}") from e
@@ -178,14 +195,35 @@ def run_plan(
         )
         raise
     finally:
+        if mirror is not None:
+            mirror.close()
         console.close()
         torch.set_num_threads(threads)
 
 
+def _tracker_config(run: RunDir) -> dict[str, Any]:
+    """What a tracker run records besides the metrics: identifiers only, never the environment."""
+    manifest = run.read_manifest()
+    return {
+        "run_dir": str(run.root.resolve()),
+        "plan_sha256": manifest.get("plan_sha256"),
+        "losslab_version": manifest.get("losslab_version"),
+        "backend": manifest.get("backend"),
+    }
+
+
 class _Runner:
-    def __init__(self, run: RunDir, comp: Components, console: RunConsole, force: bool) -> None:
+    def __init__(
+        self,
+        run: RunDir,
+        comp: Components,
+        console: RunConsole,
+        force: bool,
+        mirror: MetricsMirror | None = None,
+    ) -> None:
         self.run_dir, self.comp, self.console, self.force = run, comp, console, force
         self.sched = comp.schedule
+        self.mirror = mirror
 
     # --- the phases, in order ----------------------------------------------------------------
     def run(self) -> RunResult:
@@ -230,6 +268,10 @@ class _Runner:
             "steps": self.sched.steps,
             "pilot_steps": self.sched.pilot_steps,
             "seeds": self.sched.seeds,
+            "units": {
+                u: {"arm": self.sched.plan_arm(u), "seed": self.sched.seeds[u]}
+                for u in self.sched.arms
+            },
         }
         self.run_dir.write_manifest(manifest)
 
@@ -333,6 +375,7 @@ class _Runner:
             return
         t0 = time.perf_counter()
         with self.console.phase("evaluation"):
+            base_accuracy = self._evaluate_base()
             for arm in self.sched.arms:
                 path = self.run_dir.eval_path(arm)
                 if path.is_file():  # written atomically: present means complete
@@ -347,15 +390,40 @@ class _Runner:
                     seed_everything(self.sched.seeds[arm] + EVAL_SEED_OFFSET)
                     t_arm = time.perf_counter()
                     rows = self.comp.evaluate(arm, trainer)
-                    acc = sum(bool(r.get("correct")) for r in rows) / max(len(rows), 1)
+                    acc = _accuracy(rows)
                     self.console.log(
-                        f"evaluation of {arm}: {len(rows)} items, accuracy {acc:.4f}, "
+                        f"evaluation of {arm}: {len(rows)} items, accuracy {acc:.4f} "
+                        f"({acc - base_accuracy:+.4f} vs base model), "
                         f"{time.perf_counter() - t_arm:.1f} s"
                     )
                 finally:
                     trainer.close()
                 atomic_write_jsonl(path, rows)
         self.run_dir.mark_phase("evaluation", "done", seconds=time.perf_counter() - t0)
+
+    def _evaluate_base(self) -> float:
+        """Evaluate the initial policy once (a fresh trainer of the first arm, untrained; every
+        arm starts from these weights, as the restoration preflight checks); its accuracy."""
+        path = self.run_dir.base_eval_path
+        if path.is_file():  # written atomically: present means complete
+            self.console.log("evaluation of the base model: already done (resume)")
+            return _accuracy(read_jsonl(path))
+        arm = self.sched.arms[0]
+        seed_everything(self.sched.seeds[arm])  # the same initial state the arm trains from
+        t0 = time.perf_counter()
+        trainer = self.comp.make_trainer(arm)
+        try:
+            seed_everything(self.sched.seeds[arm] + EVAL_SEED_OFFSET)
+            rows = self.comp.evaluate(arm, trainer)
+        finally:
+            trainer.close()
+        atomic_write_jsonl(path, rows)
+        acc = _accuracy(rows)
+        self.console.log(
+            f"evaluation of the base model (initial policy): {len(rows)} items, accuracy "
+            f"{acc:.4f}, {time.perf_counter() - t0:.1f} s"
+        )
+        return acc
 
     def _decision(self) -> dict[str, Any]:
         if self._status("decision") == "done":
@@ -465,6 +533,8 @@ class _Runner:
                         ckdir, i + 1, cursor=trainer.cursor, metrics=rows, save_trainer=trainer.save
                     )
                     atomic_write_jsonl(self.run_dir.metrics_path(arm), rows)
+                    if self.mirror is not None:
+                        self.mirror.log(arm, row)
                     prune_checkpoints(ckdir, KEEP_CHECKPOINTS, protect={self.sched.steps})
                     bar.done(i, row["time/step_s"], _step_summary(row))
             if before_close is not None:
@@ -472,6 +542,10 @@ class _Runner:
         finally:
             trainer.close()
         return rows, setup_s
+
+
+def _accuracy(rows: list[dict[str, Any]]) -> float:
+    return sum(bool(r.get("correct")) for r in rows) / max(len(rows), 1)
 
 
 def _step_summary(row: dict[str, Any]) -> str:

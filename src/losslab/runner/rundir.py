@@ -11,7 +11,9 @@ Layout (every path is relative to the run directory):
     executed_config.json          the configuration the backend actually ran, compared with the plan
     arms/<arm>/metrics.jsonl      one row per RL step
     arms/<arm>/checkpoints/step_NNNN/   state after step NNNN (weights, optimizer, RNG, cursor)
-    eval_<arm>.jsonl              one row per evaluation item
+    eval_<arm>.jsonl              one row per evaluation item (question, reference answer,
+                                  completion, extracted answer, grade)
+    eval_base_model.jsonl         the same items on the initial policy (shared by every arm)
     verdict.json                  decision rule applied to the paired evaluation
     report.json, report.html      the report (`losslab report RUN_DIR` rebuilds both)
     run.log                       what the run printed, plus timings
@@ -35,6 +37,8 @@ from losslab.atomic import atomic_write_bytes, atomic_write_text
 from losslab.runner.errors import ResumeRefused, RunDirError
 
 MANIFEST_FORMAT = 1
+BASE_MODEL = "base_model"
+"""Name of the initial policy's evaluation (eval_base_model.jsonl), reserved among arm names."""
 PHASES = (
     "preflight",
     "restoration",
@@ -53,7 +57,7 @@ def dumps_json(obj: Any) -> str:
     return json.dumps(_json_safe(obj), indent=2, sort_keys=True, allow_nan=False) + "\n"
 
 
-SECRET_ENV_VARS = ("TINKER_API_KEY",)
+SECRET_ENV_VARS = ("TINKER_API_KEY", "WANDB_API_KEY", "HF_TOKEN")
 
 
 def redact(text: str) -> str:
@@ -184,6 +188,11 @@ class RunDir:
 
     def eval_path(self, arm: str) -> Path:
         return self.root / f"eval_{arm}.jsonl"
+
+    @property
+    def base_eval_path(self) -> Path:
+        """The initial policy's evaluation; an arm may therefore not be named `base_model`."""
+        return self.eval_path(BASE_MODEL)
 
     # --- manifest ----------------------------------------------------------------------------
     def read_manifest(self) -> dict[str, Any]:

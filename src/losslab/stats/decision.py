@@ -300,7 +300,13 @@ def _overall(words: Sequence[VerdictWord]) -> VerdictWord:
     return "inconclusive"
 
 
-def _statement(result: CriterionResult, word: VerdictWord, alpha: float, plan: Plan | None) -> str:
+def _statement(
+    result: CriterionResult,
+    word: VerdictWord,
+    alpha: float,
+    plan: Plan | None,
+    seeds: Sequence[int] | None = None,
+) -> str:
     level = f"{1 - alpha:.0%}"
     pos = [k for k, w in result.weights.items() if w > 0]
     neg = [k for k, w in result.weights.items() if w < 0]
@@ -320,10 +326,14 @@ def _statement(result: CriterionResult, word: VerdictWord, alpha: float, plan: P
         compared += " minus " + " + ".join(describe(k) for k in neg)
     where = f"{result.n} items"
     seed_text = ""
+    checkpoints = "these two fixed final checkpoints"
     if plan is not None:
         where = f"{result.n} items of {plan.eval.benchmark}"
-        seeds = sorted({a.seed for a in plan.arms})
+        seeds = seeds or sorted({a.seed for a in plan.arms})
         seed_text = f" (training seed {', '.join(map(str, seeds))})"
+    if seeds and len(seeds) > 1:
+        checkpoints = f"these {len(seeds)} fixed pairs of final checkpoints"
+        seed_text = f" (training seeds {', '.join(map(str, seeds))}; per item, the mean over them)"
     reason = {
         "validated": f"its lower bound is above the pre-registered margin {result.margin:g}",
         "refuted": f"its upper bound is below the pre-registered margin {result.margin:g}",
@@ -334,7 +344,7 @@ def _statement(result: CriterionResult, word: VerdictWord, alpha: float, plan: P
         f"difference is {result.estimate:+.4f}, with a {level} paired Hoeffding interval "
         f"[{result.ci[0]:+.4f}, {result.ci[1]:+.4f}] (half-width {result.half_width:.4f}); the "
         f"verdict is {word} because {reason}. This interval covers the sampling of test items for "
-        f"these two fixed final checkpoints{seed_text}; it does not cover variation across "
+        f"{checkpoints}{seed_text}; it does not cover variation across "
         f"training seeds or reruns, so it is evidence about these checkpoints, not a general "
         f"ranking of the two losses. Exact McNemar, paired-t and empirical-Bernstein analyses are "
         f"reported alongside and do not change the verdict."
@@ -357,6 +367,7 @@ def decide(
     *,
     plan: Plan | None = None,
     roles: Mapping[str, str] | None = None,
+    seeds: Sequence[int] | None = None,
 ) -> Verdict:
     """Apply the plan's decision rule to paired per-item outcomes.
 
@@ -366,6 +377,8 @@ def decide(
             Arms are keyed by the names the weights use, by arm name, or by role.
         plan: the plan, for arm roles and the plain-language statement (optional).
         roles: role -> arm name, when no plan is given and outcomes are keyed by arm name.
+        seeds: the training seeds the outcomes come from, when several seeds were averaged per
+            item (`losslab.stats.seeds`); default: the plan's arm seed.
 
     Returns:
         The `Verdict`; `verdict.to_dict()` is the verdict record.
@@ -389,7 +402,7 @@ def decide(
         alpha=decision_rule.alpha,
         n=outcomes.n,
         criteria=results,
-        statement=_statement(results[0], results[0].verdict, decision_rule.alpha, plan)
+        statement=_statement(results[0], results[0].verdict, decision_rule.alpha, plan, seeds)
         + _others(results, word),
         estimand=decision_rule.estimand,
         unit=decision_rule.unit,
