@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from losslab.plan import semantics
 from losslab.plan.loss_names import LossNameError, ResolvedLoss, resolve_loss
 from losslab.plan.rule import weighted_range
 from losslab.plan.schema import (
@@ -85,6 +86,9 @@ def check_plan_file(path: str | Path) -> PlanCheck:
         return PlanCheck(None, [Problem("$", f"plan file {str(path)!r} does not exist")])
     except (OSError, UnicodeDecodeError) as exc:
         return PlanCheck(None, [Problem("$", f"cannot read plan file {str(path)!r}: {exc}")])
+    refused = semantics.text_problems(text)  # size, depth, secrets: before the parser runs
+    if refused:
+        return PlanCheck(None, [Problem(path, msg) for path, msg in refused])
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -92,6 +96,8 @@ def check_plan_file(path: str | Path) -> PlanCheck:
             None,
             [Problem("$", f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")],
         )
+    except (RecursionError, ValueError) as exc:  # depth is bounded above; belt and braces
+        return PlanCheck(None, [Problem("$", f"not valid JSON: {exc}")])
     return check_plan_data(data)
 
 
@@ -99,6 +105,10 @@ def check_plan_data(data: Any) -> PlanCheck:
     """Check an already-parsed plan (a dict as `json.load` gives it)."""
     if not isinstance(data, dict):
         return PlanCheck(None, [Problem("$", f"expected a JSON object, got {type(data).__name__}")])
+    if semantics.data_depth(data) > semantics.MAX_DEPTH:
+        return PlanCheck(
+            None, [Problem("$", f"nesting is deeper than {semantics.MAX_DEPTH} levels")]
+        )
     errors: list[Problem] = []
     plan: Plan | None = None
     try:
@@ -108,6 +118,15 @@ def check_plan_data(data: Any) -> PlanCheck:
     checker = _Checker(data)
     checker.run()
     errors.extend(p for p in checker.errors if p not in errors)
+    # meaning of the values (semantics.py): one line per path, the first pass's wins
+    sem_errors, sem_warnings = semantics.semantic_problems(data)
+    sem_errors += semantics.loss_problems(checker.resolved_specs)
+    flagged = {p.path for p in errors}
+    for path, message in sem_errors:
+        if path not in flagged:
+            errors.append(Problem(path, message))
+            flagged.add(path)
+    checker.warnings.extend(Problem(path, message) for path, message in sem_warnings)
     if errors:
         unknown = [
             Problem(key, "unknown field; kept as written, not used by this losslab version")
@@ -233,6 +252,7 @@ class _Checker:
         self.errors: list[Problem] = []
         self.warnings: list[Problem] = []
         self.losses: dict[Any, ResolvedLoss] = {}  # arm name -> its loss, resolved once
+        self.resolved_specs: dict[str, str] = {}  # arms[i].loss -> registry spec
         self.arms = list(_list(data.get("arms")))
         switch = data.get("switch", "loss")
         self.switch = switch if isinstance(switch, str) else "loss"
@@ -385,11 +405,12 @@ class _Checker:
             if not isinstance(loss, str):
                 continue
             try:
-                self.losses[_dict(arm).get("name")] = resolve_loss(
-                    loss, baseline_rev, reference_rev
-                )
+                resolved = resolve_loss(loss, baseline_rev, reference_rev)
             except LossNameError as exc:
                 self.err(f"arms[{i}].loss", str(exc))
+            else:
+                self.losses[_dict(arm).get("name")] = resolved
+                self.resolved_specs[f"arms[{i}].loss"] = resolved.spec
 
     def check_batch_relations(self) -> None:
         steps = _int(self.d.get("steps"))
@@ -671,11 +692,12 @@ class _Checker:
                 and len(good_weights) == len(weights) > 0
             ):
                 low, high = weighted_range(good_weights, good_bounds)  # type: ignore[arg-type]
-                if not low <= margin < high:
+                if not low < margin < high:  # at low nothing is refuted, at high nothing validated
                     self.err(
                         f"{base}.margin",
-                        f"{_fmt_num(margin)} is outside [{_fmt_num(low)}, {_fmt_num(high)}), the range "
-                        "of the weighted difference; the verdict would be fixed before any data",
+                        f"{_fmt_num(margin)} is not inside ({_fmt_num(low)}, {_fmt_num(high)}), the "
+                        "open range of the weighted difference; the verdict would be fixed before "
+                        "any data",
                     )
 
     def check_budget(self) -> None:
