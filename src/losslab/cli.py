@@ -7,11 +7,19 @@ Sub-command groups (`plan`, `golden`) are typer sub-apps registered below.
 from __future__ import annotations
 
 import typer
+from typer.core import TyperGroup
 
 from losslab.backends import BACKENDS, DEFAULT_BACKEND  # the registry only: no backend loaded
+from losslab.cli_errors import GuardedGroup
+
+
+class _LosslabGroup(GuardedGroup, TyperGroup):
+    """The root command group: every command runs under `cli_errors.guarded` (no tracebacks)."""
+
 
 app = typer.Typer(
     name="losslab",
+    cls=_LosslabGroup,
     help="Trustworthy post-training RL loss experiments from one plan file.",
     no_args_is_help=True,
     add_completion=False,
@@ -433,9 +441,11 @@ def run(
     except RunError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(e.exit_code) from None
-    except KeyboardInterrupt:
-        typer.echo("interrupted before the run directory was created", err=True)
-        raise typer.Exit(130) from None
+    except KeyboardInterrupt as e:
+        from losslab.runner.signals import interrupt_exit_code, interrupt_name
+
+        typer.echo(f"{interrupt_name(e)} before the run directory was created", err=True)
+        raise typer.Exit(interrupt_exit_code(e)) from None
     # the runner itself logged "verdict: ..." and "report: ..." (terminal and run.log)
 
 

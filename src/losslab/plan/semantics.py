@@ -309,7 +309,9 @@ def _counts(data: dict[str, Any], p: _Problems) -> None:
 
 
 def _seeds(data: dict[str, Any], p: _Problems) -> None:
-    places = [(f"arms[{i}].seed", _dict(a).get("seed")) for i, a in enumerate(_list(data.get("arms")))]
+    places = [
+        (f"arms[{i}].seed", _dict(a).get("seed")) for i, a in enumerate(_list(data.get("arms")))
+    ]
     rule_seeds = _list(_dict(data.get("decision_rule")).get("seeds"))
     places += [(f"decision_rule.seeds[{i}]", s) for i, s in enumerate(rule_seeds)]
     for path, value in places:
