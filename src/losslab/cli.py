@@ -463,8 +463,8 @@ def report(
     except FileNotFoundError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
-    except (ValueError, KeyError) as e:  # a hand-edited or truncated artifact
-        typer.echo(f"error: cannot read the artifacts in {run_dir}: {e!r}", err=True)
+    except (ValueError, KeyError, TypeError, AttributeError) as e:  # a hand-edited artifact
+        typer.echo(f"error: cannot read the artifacts in {run_dir}: {e}", err=True)
         raise typer.Exit(2) from None
     typer.echo(f"report: {paths.html_path.resolve()}")
     typer.echo(f"facts: {paths.json_path.resolve()}")

@@ -29,18 +29,46 @@ class ReportPaths:
     html_path: Path
 
 
+class DamagedArtifact(ValueError):
+    """A run-directory file the report needs is not valid JSON or not of its shape."""
+
+
 def _read_json(path: Path) -> Any:
+    """A JSON object artifact, None when absent; a damaged one raises `DamagedArtifact`."""
     if not path.is_file():
         return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError
+        raise DamagedArtifact(f"{path} is damaged: not valid JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise DamagedArtifact(f"{path} is damaged: expected a JSON object")
+    return value
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]] | None:
+    """A JSON-lines artifact of objects, None when absent; damage names the file and line."""
     if not path.is_file():
         return None
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    rows = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except (ValueError, RecursionError) as e:
+                    raise DamagedArtifact(
+                        f"{path} is damaged: line {lineno} is not valid JSON ({e})"
+                    ) from None
+                if not isinstance(row, dict):
+                    raise DamagedArtifact(f"{path} is damaged: line {lineno} is not an object")
+                rows.append(row)
+    except UnicodeDecodeError as e:
+        raise DamagedArtifact(f"{path} is damaged: not UTF-8 text ({e.reason})") from None
+    return rows
 
 
 def _switch(arms: list[dict[str, Any]]) -> dict[str, Any]:
