@@ -133,7 +133,9 @@ def load_gsm8k_rows(split: str, data: str | Path | None = None) -> list[dict[str
                 f"could not load openai/gsm8k ({type(e).__name__}: {e}); pass --data with a "
                 "folder holding train.jsonl and test.jsonl"
             ) from e
-        _raise_row_problems(split, [(f"openai/gsm8k {split} row {i + 1}", r) for i, r in enumerate(rows)])
+        _raise_row_problems(
+            split, [(f"openai/gsm8k {split} row {i + 1}", r) for i, r in enumerate(rows)]
+        )
     if not rows:
         raise ValueError(f"GSM8K {split} split has no rows ({data or 'openai/gsm8k'})")
     return rows
