@@ -150,6 +150,11 @@ def collect(run_dir: Path) -> dict[str, Any]:
     manifest = _read_json(run_dir / "manifest.json")
     if manifest is None:
         raise FileNotFoundError(f"{run_dir} is not a losslab run directory: no manifest.json")
+    phases = manifest.get("phases", {})
+    if not isinstance(phases, dict) or not all(isinstance(v, dict) for v in phases.values()):
+        raise DamagedArtifact(
+            f"{run_dir / 'manifest.json'} is damaged: 'phases' is not an object of objects"
+        )
     plan = _read_json(run_dir / "plan.json") or {}
     schedule = manifest.get("schedule", {})
     arms_plan = [a for a in plan.get("arms", []) if isinstance(a, dict)]

@@ -335,15 +335,34 @@ class _Runner:
         )
 
     def _pilot_rows(self) -> list[dict[str, Any]]:
-        arm = self.sched.treatment
+        return self._metrics_rows(self.sched.treatment)[: self.sched.pilot_steps]
+
+    def _metrics_rows(self, arm: str) -> list[dict[str, Any]]:
+        """The arm's metrics.jsonl; a damaged one is rebuilt from its checkpoint (same rows)."""
         path = self.run_dir.metrics_path(arm)
-        if not self._intact(path, read_rows):  # the checkpoint holds the same rows
+        if not self._intact(path, read_rows):
             ck = self._checkpoint(arm)
             if ck is None:
                 raise RunDirError(f"{path} is damaged and arm {arm} has no intact checkpoint")
             atomic_write_jsonl(path, ck.metrics)
             self.console.log(f"rebuilt {path.name} of {arm} from checkpoint {ck.path.name}")
-        return read_rows(path)[: self.sched.pilot_steps]
+        return read_rows(path)
+
+    def _verify_report_inputs(self) -> None:
+        """Before the report reads them: rebuild damaged metrics, set aside other damaged
+        records (the report then shows them as absent; the log names each)."""
+        for arm in self.sched.arms:
+            if self.run_dir.metrics_path(arm).exists():
+                self._metrics_rows(arm)
+        for path in (
+            self.run_dir.preflight_path,
+            self.run_dir.restoration_path,
+            self.run_dir.gate_path,
+            self.run_dir.feasibility_path,
+            self.run_dir.executed_config_path,
+        ):
+            if path.exists():
+                self._intact(path)
 
     # --- artifacts read back -----------------------------------------------------------------
     def _intact(self, path: Path, reader: Callable[[Path], Any] = read_object) -> bool:
@@ -355,7 +374,7 @@ class _Runner:
         except DamagedArtifact as e:
             if path.exists():
                 aside = set_aside(path)
-                self.console.log(f"{e}; set aside as {aside.name}, recomputing it")
+                self.console.log(f"{e}; set aside as {aside.name}")
             return False
 
     def _checkpoint(self, arm: str) -> Checkpoint | None:
@@ -399,7 +418,9 @@ class _Runner:
         self.run_dir.mark_phase("arms", "done", seconds=time.perf_counter() - t0)
 
     def _evaluation(self) -> None:
-        if self._status("evaluation") == "done":
+        if self._status("evaluation") == "done" and all(
+            self._intact(self.run_dir.eval_path(arm), read_rows) for arm in self.sched.arms
+        ):
             self.console.skip_phase("evaluation", "already done (resume)")
             return
         t0 = time.perf_counter()
@@ -456,6 +477,7 @@ class _Runner:
                 path = self.run_dir.report_html_path
             return path
         with self.console.phase("report"):
+            self._verify_report_inputs()
             paths = build_report(self.run_dir.root)
         self.run_dir.mark_phase("report", "done", seconds=time.perf_counter() - t0)
         return paths.html_path
