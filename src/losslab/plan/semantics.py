@@ -66,6 +66,7 @@ TASK_TEST_SIZES: dict[str, int] = {"gsm8k": 1319, "openai/gsm8k": 1319}
 """Test-split sizes of fixed-size tasks (GSM8K main/test has 1319 items)."""
 
 SEED_LIMIT = 2**63
+NOT_FINITE = "is not a finite number"
 
 SECRET_ENV_VARS = ("TINKER_API_KEY",)
 MIN_SECRET_CHARS = 8  # a shorter value would match ordinary plan text by accident
@@ -240,7 +241,7 @@ def semantic_problems(data: dict[str, Any]) -> tuple[list[tuple[str, str]], list
 def _finite(data: dict[str, Any], p: _Problems) -> None:
     for path, value in sorted(_numbers(data, "$")):
         if isinstance(value, float) and not math.isfinite(value):
-            p.err(path, f"{value!r} is not a finite number (NaN and Infinity are not JSON)")
+            p.err(path, f"{value!r} {NOT_FINITE} (NaN and Infinity are not JSON)")
 
 
 def _check_lr(path: str, value: Any, p: _Problems) -> None:

@@ -121,11 +121,13 @@ def check_plan_data(data: Any) -> PlanCheck:
     # meaning of the values (semantics.py): one line per path, the first pass's wins
     sem_errors, sem_warnings = semantics.semantic_problems(data)
     sem_errors += semantics.loss_problems(checker.resolved_specs)
-    flagged = {p.path for p in errors}
+    flagged = {p.path: i for i, p in enumerate(errors)}
     for path, message in sem_errors:
         if path not in flagged:
+            flagged[path] = len(errors)
             errors.append(Problem(path, message))
-            flagged.add(path)
+        elif semantics.NOT_FINITE in message:  # the plainest reason wins for NaN/Infinity
+            errors[flagged[path]] = Problem(path, message)
     checker.warnings.extend(Problem(path, message) for path, message in sem_warnings)
     if errors:
         unknown = [
