@@ -409,8 +409,9 @@ def run(
 
     Each phase writes its artifact into the run directory; `--resume` continues a killed run.
 
-    Exit codes: 0 done, 1 run error, 2 bad input (plan, run directory, resume), 3 a check
-    failed, 4 backend unreachable, 130 interrupted (the run directory stays resumable).
+    Exit codes: 0 done, 1 run error, 2 bad input (plan, run directory, resume, data), 3 a check
+    failed, 4 backend unreachable, 70 a bug (a crash file is named), 130 interrupted, 143
+    terminated by SIGTERM (after 130/143 the run directory stays resumable).
     """
     from pathlib import Path
 

@@ -26,27 +26,10 @@ from losslab.runner.lock import RunDirLocked, acquire
 from losslab.runner.rundir import RunDir
 
 from ._fake_components import factory, write_fake_plan
-from .test_run_fake import _final_state
+from ._fake_components import final_state as _final_state
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO / 'tests'}"}
-
-
-@pytest.fixture
-def plan(tmp_path: Path) -> Path:
-    return write_fake_plan(tmp_path / "plan.json")
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    tmp = tmp_path_factory.mktemp("reference")
-    run_plan(
-        write_fake_plan(tmp / "plan.json"),
-        out=tmp / "run",
-        quiet=True,
-        components_factory=factory(),
-    )
-    return _final_state(tmp / "run")
 
 
 def _run(plan: Path, **kw):

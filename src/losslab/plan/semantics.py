@@ -31,6 +31,11 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from losslab.plan.jsonvalues import format_number as _fmt
+from losslab.plan.jsonvalues import json_dict as _dict
+from losslab.plan.jsonvalues import json_int as _int
+from losslab.plan.jsonvalues import json_list as _list
+from losslab.plan.jsonvalues import json_number as _num
 from losslab.plan.rule import hoeffding_half_width, weighted_range
 
 MAX_PLAN_BYTES = 1 << 20
@@ -172,30 +177,6 @@ def secret_problems(text: str) -> list[tuple[str, str]]:
 
 
 # --- the parsed plan ---
-
-
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _fmt(x: float) -> str:
-    if isinstance(x, int) or (float(x).is_integer() and abs(x) < 1e15):
-        return str(int(x))
-    return repr(float(x))
 
 
 def _numbers(node: Any, path: str) -> Iterator[tuple[str, Any]]:

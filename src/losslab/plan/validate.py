@@ -20,6 +20,11 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from losslab.plan import semantics
+from losslab.plan.jsonvalues import format_number as _fmt_num
+from losslab.plan.jsonvalues import json_dict as _dict
+from losslab.plan.jsonvalues import json_int as _int
+from losslab.plan.jsonvalues import json_list as _list
+from losslab.plan.jsonvalues import json_number as _num
 from losslab.plan.loss_names import LossNameError, ResolvedLoss, resolve_loss
 from losslab.plan.rule import weighted_range
 from losslab.plan.schema import (
@@ -221,29 +226,6 @@ def _unknown_field_warnings(model: BaseModel, path: str) -> Iterator[Problem]:
 
 
 # --- pass 2: relations between fields, on the raw JSON ---
-
-
-def _num(value: Any) -> float | None:
-    """A JSON number as float; None for anything else (its type error is pass 1's)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _fmt_num(x: float) -> str:
-    return repr(int(x)) if float(x).is_integer() and abs(x) < 1e15 else repr(x)
 
 
 class _Checker:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from losslab.artifacts import ArtifactError, read_object, read_rows
 from losslab.atomic import atomic_write_json, atomic_write_text
 from losslab.report import plots
 from losslab.report.html import render_html
@@ -29,46 +30,14 @@ class ReportPaths:
     html_path: Path
 
 
-class DamagedArtifact(ValueError):
-    """A run-directory file the report needs is not valid JSON or not of its shape."""
-
-
 def _read_json(path: Path) -> Any:
-    """A JSON object artifact, None when absent; a damaged one raises `DamagedArtifact`."""
-    if not path.is_file():
-        return None
-    try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
-    except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError
-        raise DamagedArtifact(f"{path} is damaged: not valid JSON ({e})") from None
-    if not isinstance(value, dict):
-        raise DamagedArtifact(f"{path} is damaged: expected a JSON object")
-    return value
+    """A JSON object artifact, None when absent; a damaged one raises `ArtifactError`."""
+    return read_object(path) if path.is_file() else None
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]] | None:
     """A JSON-lines artifact of objects, None when absent; damage names the file and line."""
-    if not path.is_file():
-        return None
-    rows = []
-    try:
-        with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except (ValueError, RecursionError) as e:
-                    raise DamagedArtifact(
-                        f"{path} is damaged: line {lineno} is not valid JSON ({e})"
-                    ) from None
-                if not isinstance(row, dict):
-                    raise DamagedArtifact(f"{path} is damaged: line {lineno} is not an object")
-                rows.append(row)
-    except UnicodeDecodeError as e:
-        raise DamagedArtifact(f"{path} is damaged: not UTF-8 text ({e.reason})") from None
-    return rows
+    return read_rows(path) if path.is_file() else None
 
 
 def _switch(arms: list[dict[str, Any]]) -> dict[str, Any]:
@@ -152,9 +121,7 @@ def collect(run_dir: Path) -> dict[str, Any]:
         raise FileNotFoundError(f"{run_dir} is not a losslab run directory: no manifest.json")
     phases = manifest.get("phases", {})
     if not isinstance(phases, dict) or not all(isinstance(v, dict) for v in phases.values()):
-        raise DamagedArtifact(
-            f"{run_dir / 'manifest.json'} is damaged: 'phases' is not an object of objects"
-        )
+        raise ArtifactError(run_dir / "manifest.json", "'phases' is not an object of objects")
     plan = _read_json(run_dir / "plan.json") or {}
     schedule = manifest.get("schedule", {})
     arms_plan = [a for a in plan.get("arms", []) if isinstance(a, dict)]
