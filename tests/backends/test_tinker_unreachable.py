@@ -125,3 +125,28 @@ def test_losslab_run_against_a_closed_port_is_one_message(tmp_path: Path) -> Non
     assert "Traceback" not in proc.stderr
     assert f"cannot reach the Tinker service at {url}" in proc.stderr
     assert KEY not in proc.stderr + proc.stdout
+
+
+def test_a_training_call_that_never_answers_times_out_naming_the_call() -> None:
+    import concurrent.futures
+
+    from losslab.backends.tinker import BoundedFuture
+
+    done: concurrent.futures.Future = concurrent.futures.Future()
+    done.set_result(42)
+    assert BoundedFuture(done, "optim_step", "http://127.0.0.1:1", None).result() == 42
+    never = BoundedFuture(
+        concurrent.futures.Future(), "forward_backward", "http://127.0.0.1:1", 0.6
+    )
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError) as info:
+        never.result()
+    assert 0.5 < time.monotonic() - t0 < 2
+    assert "at http://127.0.0.1:1 did not answer forward_backward within 0.6 s" in str(info.value)
+    timer = threading.Timer(0.3, os.kill, args=(os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            BoundedFuture(concurrent.futures.Future(), "optim_step", "", 60).result()
+    finally:
+        timer.cancel()

@@ -57,9 +57,21 @@ def builtin_request(
 class TinkerTrainingClient:
     """Wraps `tinker.TrainingClient`; unknown attributes pass through to the SDK client."""
 
-    def __init__(self, sdk_client: Any, adam_params: types.AdamParams | None = None) -> None:
+    def __init__(
+        self,
+        sdk_client: Any,
+        adam_params: types.AdamParams | None = None,
+        *,
+        url: str = "",
+        call_timeout_s: float | None = None,
+    ) -> None:
         self._sdk = sdk_client
         self._adam = adam_params if adam_params is not None else types.AdamParams()
+        self._url = url
+        self._call_timeout_s = call_timeout_s
+
+    def _bounded(self, what: str, future: Any) -> Any:
+        return BoundedFuture(future, what, self._url, self._call_timeout_s)
 
     def __repr__(self) -> str:
         return f"TinkerTrainingClient({type(self._sdk).__name__})"
@@ -67,7 +79,10 @@ class TinkerTrainingClient:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        return getattr(self._sdk, name)
+        attr = getattr(self._sdk, name)
+        if name in _BOUNDED_SDK_CALLS:
+            return lambda *a, **k: self._bounded(name, attr(*a, **k))
+        return attr
 
     def forward(
         self,
@@ -76,7 +91,7 @@ class TinkerTrainingClient:
         loss_fn_config: Mapping[str, float] | None = None,
     ) -> Any:
         batch, config = builtin_request(data, loss_fn, loss_fn_config)
-        return self._sdk.forward(batch, loss_fn, config)
+        return self._bounded("forward", self._sdk.forward(batch, loss_fn, config))
 
     def forward_backward(
         self,
@@ -85,12 +100,13 @@ class TinkerTrainingClient:
         loss_fn_config: Mapping[str, float] | None = None,
     ) -> Any:
         batch, config = builtin_request(data, loss_fn, loss_fn_config)
-        return self._sdk.forward_backward(batch, loss_fn, config)
+        return self._bounded("forward_backward", self._sdk.forward_backward(batch, loss_fn, config))
 
     def forward_backward_custom(
         self, data: Sequence[types.Datum], loss_fn: Callable[..., Any], **kwargs: Any
     ) -> Any:
-        return self._sdk.forward_backward_custom(check_data(data), loss_fn, **kwargs)
+        future = self._sdk.forward_backward_custom(check_data(data), loss_fn, **kwargs)
+        return self._bounded("forward_backward_custom", future)
 
     def optim_step(
         self,
@@ -103,7 +119,7 @@ class TinkerTrainingClient:
             if not isinstance(params, types.AdamParams):
                 raise ValueError(f"optim_params must be AdamParams, got {type(params).__name__}")
             self._adam = params
-        return self._sdk.optim_step(self._adam)
+        return self._bounded("optim_step", self._sdk.optim_step(self._adam))
 
     def optimizer_config(self) -> dict[str, Any]:
         """The optimizer family the service reports (get_info) and the AdamParams the next
@@ -189,6 +205,62 @@ def wait_interruptibly(future: concurrent.futures.Future, timeout_s: float) -> A
             continue
 
 
+CALL_TIMEOUT_S = 1800.0
+"""Longest wait for one training call (forward_backward, optim_step, save/load state) when the
+caller gives no timeout; `LOSSLAB_TINKER_CALL_TIMEOUT_S` overrides it. Generous: a busy service
+queues requests; bounded: a lost connection must end the run with a message, not hang it."""
+CALL_TIMEOUT_ENV = "LOSSLAB_TINKER_CALL_TIMEOUT_S"
+_BOUNDED_SDK_CALLS = frozenset(
+    {
+        "save_state",
+        "load_state",
+        "load_state_with_optimizer",
+        "save_weights_for_sampler",
+        "save_weights_and_get_sampling_client",
+    }
+)
+
+
+class BoundedFuture:
+    """An SDK future whose `result()` waits in `POLL_S` slices (Ctrl-C/SIGTERM act within a
+    second) and at most the call timeout, then raises a TimeoutError naming the call and URL."""
+
+    def __init__(self, future: Any, what: str, url: str, timeout_s: float | None) -> None:
+        self._future, self._what, self._url = future, what, url
+        self._timeout_s = timeout_s
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._future, name)
+
+    def result(self, timeout: float | None = None) -> Any:
+        wait_s = (
+            timeout
+            if timeout is not None
+            else _env_seconds(CALL_TIMEOUT_ENV, self._timeout_s, CALL_TIMEOUT_S)
+        )
+        deadline = time.monotonic() + wait_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                where = f" at {self._url}" if self._url else ""
+                raise TimeoutError(
+                    f"the Tinker service{where} did not answer {self._what} within {wait_s:g} s; "
+                    f"{check_hint(self._url or 'TINKER_BASE_URL')}"
+                )
+            try:
+                return self._future.result(min(POLL_S, left))
+            except TimeoutError:  # concurrent.futures.TimeoutError is TimeoutError (3.11)
+                continue
+
+    async def result_async(self, timeout: float | None = None) -> Any:
+        return await self._future.result_async(timeout)
+
+    def __await__(self):
+        return self._future.__await__()
+
+
 def _in_thread(fn: Callable[[], Any]) -> concurrent.futures.Future:
     """Run a blocking SDK call in a daemon thread (an abandoned one cannot keep the process)."""
     future: concurrent.futures.Future = concurrent.futures.Future()
@@ -234,31 +306,32 @@ class _TrainingClientFuture:
                 f"the Tinker service{where} created no training client within {wait_s:g} s "
                 f"(unreachable, or busy); {check_hint(self._url or 'TINKER_BASE_URL')}"
             ) from e
-        return TinkerTrainingClient(sdk_client, self._adam)
+        return TinkerTrainingClient(sdk_client, self._adam, url=self._url)
 
     async def result_async(self, timeout: float | None = None) -> TinkerTrainingClient:
         import asyncio
 
         sdk_future = await asyncio.wrap_future(self._submit)
-        return TinkerTrainingClient(await sdk_future, self._adam)
+        return TinkerTrainingClient(await sdk_future, self._adam, url=self._url)
 
     def __await__(self):
         return self.result_async().__await__()
 
 
-def _timeout_s(given: float | None) -> float:
+def _env_seconds(env: str, given: float | None, default: float) -> float:
+    """`given`, else the environment variable `env` (seconds > 0), else `default`."""
     if given is not None:
         return float(given)
-    raw = os.environ.get(TIMEOUT_ENV)
+    raw = os.environ.get(env)
     if raw:
         try:
             value = float(raw)
         except ValueError:
-            raise ValueError(f"{TIMEOUT_ENV}={raw!r} is not a number of seconds") from None
+            raise ValueError(f"{env}={raw!r} is not a number of seconds") from None
         if not value > 0:
-            raise ValueError(f"{TIMEOUT_ENV}={raw!r} must be > 0")
+            raise ValueError(f"{env}={raw!r} must be > 0")
         return value
-    return CREATE_TIMEOUT_S
+    return default
 
 
 class TinkerServiceClient:
@@ -290,7 +363,7 @@ class TinkerServiceClient:
             probe_service(self._url)  # an unreachable URL fails here, in seconds, by name
             sdk_client = tinker.ServiceClient(api_key=key, **sdk_kwargs)
         self._sdk = sdk_client
-        self._create_timeout_s = _timeout_s(create_timeout_s)
+        self._create_timeout_s = _env_seconds(TIMEOUT_ENV, create_timeout_s, CREATE_TIMEOUT_S)
 
     def __repr__(self) -> str:
         return "TinkerServiceClient(api_key=<from TINKER_API_KEY, hidden>)"
