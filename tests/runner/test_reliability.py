@@ -195,6 +195,8 @@ DAMAGE = {
     "manifest.json phases": ('{"phases": {"arms": 3}}', "phases.arms is not an object"),
     "eval_treat.jsonl": ('{"id": "item0"}\nnot json\n', "recomputed"),
     "verdict.json": ("\x00\x01", "recomputed"),
+    "preflight.json": ("[]", "recomputed"),
+    "pilot/gate.json": ('{"passed": tr', "recomputed"),
     "executed_config.json": ("[1, 2]", "recomputed"),
     "arms/base/checkpoints/step_0004/state.json": ('{"step": "four"}', "recomputed"),
     "arms/treat/metrics.jsonl": ('{"step": 0}\n[1]\n', "recomputed"),

@@ -281,7 +281,7 @@ class _Runner:
         self, name: str, artifact: Path, compute: Callable[[], dict[str, Any]]
     ) -> None:
         """Run a pass/fail phase; stop on failure unless forced. Skipped once recorded done."""
-        if self._status(name) in ("done", "forced"):
+        if self._status(name) in ("done", "forced") and self._intact(artifact):
             self.console.skip_phase(name, "already done (resume)")
             return
         t0 = time.perf_counter()
@@ -349,20 +349,14 @@ class _Runner:
         return read_rows(path)
 
     def _verify_report_inputs(self) -> None:
-        """Before the report reads them: rebuild damaged metrics, set aside other damaged
-        records (the report then shows them as absent; the log names each)."""
+        """Before the report reads them: rebuild damaged metrics; a damaged executed-config
+        record is set aside (the report then shows it as absent; the log names it). The check
+        phases' artifacts were verified, and recomputed if damaged, by `_check_phase`."""
         for arm in self.sched.arms:
             if self.run_dir.metrics_path(arm).exists():
                 self._metrics_rows(arm)
-        for path in (
-            self.run_dir.preflight_path,
-            self.run_dir.restoration_path,
-            self.run_dir.gate_path,
-            self.run_dir.feasibility_path,
-            self.run_dir.executed_config_path,
-        ):
-            if path.exists():
-                self._intact(path)
+        if self.run_dir.executed_config_path.exists():
+            self._intact(self.run_dir.executed_config_path)
 
     # --- artifacts read back -----------------------------------------------------------------
     def _intact(self, path: Path, reader: Callable[[Path], Any] = read_object) -> bool:
