@@ -123,8 +123,10 @@ def test_a_kill_while_creating_the_run_dir_leaves_no_half_made_dir(
     proc = subprocess.run([sys.executable, "-c", script, str(run), str(plan)], env=ENV, timeout=120)
     assert proc.returncode == -signal.SIGKILL
     assert not run.exists()  # only a hidden temp sibling may remain, never a half-made `run`
-    _run(plan, out=run)  # and the same --out can be used right away
+    assert len(list(tmp_path.glob(".run.creating-*"))) == 1
+    _run(plan, out=run)  # and the same --out can be used right away; the leftover is removed
     assert (run / "verdict.json").is_file()
+    assert not list(tmp_path.glob(".run.creating-*"))
 
 
 def test_a_half_made_dir_with_only_this_plan_is_completed_by_resume(

@@ -26,6 +26,7 @@ import datetime as _dt
 import hashlib
 import json
 import os
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from typing import Any
 from losslab import __version__
 from losslab.atomic import atomic_dir, atomic_write_bytes, atomic_write_text
 from losslab.runner.errors import ResumeRefused, RunDirError
-from losslab.runner.lock import LOCK_NAME, RunDirLock, acquire
+from losslab.runner.lock import LOCK_NAME, RunDirLock, RunDirLocked, acquire
 
 MANIFEST_FORMAT = 1
 PHASES = (
@@ -105,6 +106,19 @@ def read_json(path: Path) -> Any:
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def _remove_stale_creations(root: Path) -> None:
+    """Delete hidden half-built copies of `root` left by a creator that was killed (SIGKILL);
+    one whose lock is still held belongs to a live creator and stays."""
+    if not root.parent.is_dir():
+        return
+    for leftover in root.parent.glob(f".{root.name}.creating-*"):
+        try:
+            acquire(leftover).release()
+        except (RunDirLocked, OSError):
+            continue
+        shutil.rmtree(leftover, ignore_errors=True)
 
 
 def refuse_secrets(plan_bytes: bytes, plan_file: Path) -> None:
@@ -260,6 +274,7 @@ class RunDir:
         refuse_secrets(plan_bytes, plan_file)
         if root.is_dir():
             root.rmdir()  # empty: replaced whole by the complete folder below
+        _remove_stale_creations(root)
         # built in a hidden sibling and renamed into place: a kill leaves no half-made run dir.
         # The lock is taken inside, so it is held from the first moment `root` exists.
         try:
