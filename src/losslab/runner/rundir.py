@@ -15,9 +15,11 @@ Layout (every path is relative to the run directory):
     verdict.json                  decision rule applied to the paired evaluation
     report.json, report.html      the report (`losslab report RUN_DIR` rebuilds both)
     run.log                       what the run printed, plus timings
+    .lock                         flock of the process running in this directory (its pid inside)
 
 A file only appears once it is complete (`losslab.atomic`: temp file + `os.replace`), so a run
-killed at any point leaves a directory that `--resume` can continue from.
+killed at any point leaves a directory that `--resume` can continue from. The directory itself is
+built as a hidden sibling and renamed into place, so it never exists half-made.
 """
 
 from __future__ import annotations
