@@ -315,7 +315,8 @@ def golden_check(
     try:
         result = check_golden(file, loss_tolerance=loss_tol, grad_tolerance=grad_tol)
     except (GoldenFileError, ValueError) as exc:
-        typer.echo(f"error: {exc}", err=True)
+        text = str(exc)
+        typer.echo(f"error: {text if file in text else f'{file}: {text}'}", err=True)
         raise typer.Exit(2) from None
     render_golden(result)
     if json_out is not None:
