@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import click
+import typer
 
 EXIT_OK = 0
 EXIT_RUN_ERROR = 1
@@ -46,7 +46,7 @@ T = TypeVar("T")
 def _echo(message: str) -> None:
     from losslab.runner.rundir import redact
 
-    click.echo(redact(message), err=True)
+    typer.echo(redact(message), err=True)
 
 
 def os_error_message(e: OSError) -> str:
@@ -112,17 +112,9 @@ def expected_failure(e: BaseException) -> tuple[str, int] | None:
 
 
 def _pass_through() -> tuple[type[BaseException], ...]:
-    """click's and typer's own exits (typer 0.29 has its own Exit/Abort classes)."""
-    import typer
-
-    return (
-        click.exceptions.Exit,
-        click.ClickException,
-        click.Abort,
-        typer.Exit,
-        typer.Abort,
-        SystemExit,
-    )
+    """typer's own exits and usage errors, and SystemExit. typer 0.29 vendors click: its usage
+    errors derive from `typer.TyperException`, while `typer.Exit`/`typer.Abort` do not."""
+    return (typer.TyperException, typer.Exit, typer.Abort, SystemExit)
 
 
 _PASS_THROUGH = _pass_through()
@@ -131,7 +123,7 @@ _PASS_THROUGH = _pass_through()
 def guarded(call: Callable[[], T], argv: list[str] | None = None) -> T:
     """Run `call`; turn every exception into one message and `SystemExit(code)`.
 
-    click/typer's own exits (usage errors, `typer.Exit`) pass through unchanged.
+    typer's own exits (usage errors, `typer.Exit`) pass through unchanged.
     """
     from losslab.runner.signals import interrupt_exit_code, interrupt_name, sigterm_as_interrupt
 
@@ -160,7 +152,7 @@ def guarded(call: Callable[[], T], argv: list[str] | None = None) -> T:
 
 
 class GuardedGroup:
-    """Mixin for the root click group: every sub-command's invocation runs under `guarded`."""
+    """Mixin for the root command group: every sub-command's invocation runs under `guarded`."""
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: Any) -> Any:
         return guarded(lambda: super(GuardedGroup, self).invoke(ctx))  # type: ignore[misc]
