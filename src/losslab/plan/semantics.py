@@ -10,7 +10,7 @@
 - learning rates in (0, `MAX_LR`], Adam betas in [0, 1), eps > 0, weight decay >= 0;
 - counts (rank, steps, batch, tokens, items) within what a machine and the task can hold;
 - seeds in [0, 2**63);
-- each arm's loss parameters checked by `losslab.losses`' own constructor (`parse_loss_spec`), so
+- each arm's loss parameters checked by `losslab.losses`' own constructor (`build_loss`), so
   `ppo(foo=1)` or `dppo_binary_tv(low=inf)` fail at `plan check`, not at step 0;
 - a decision rule whose verdict is fixed before any data (margin at or beyond the range of the
   weighted difference) refused; a negative margin reported as a non-inferiority test; a rule that
@@ -28,8 +28,8 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from losslab.plan.jsonvalues import format_number as _fmt
 from losslab.plan.jsonvalues import json_dict as _dict
@@ -37,6 +37,9 @@ from losslab.plan.jsonvalues import json_int as _int
 from losslab.plan.jsonvalues import json_list as _list
 from losslab.plan.jsonvalues import json_number as _num
 from losslab.plan.rule import hoeffding_half_width, weighted_range
+
+if TYPE_CHECKING:
+    from losslab.plan.loss_names import ResolvedLoss
 
 MAX_PLAN_BYTES = 1 << 20
 """Largest plan file read (1 MiB); the seed plan is about 10 KB."""
@@ -400,15 +403,15 @@ def _unread(data: dict[str, Any], p: _Problems) -> None:
 # --- loss parameters, by the losses' own validation ---
 
 
-def loss_problems(specs: dict[str, str]) -> list[tuple[str, str]]:
-    """Each resolved loss spec (JSON path -> spec) built by `losslab.losses.parse_loss_spec`; a
-    ValueError becomes a problem at that path."""
-    from losslab.losses import parse_loss_spec  # the losses' validation, not a mirror of it
+def loss_problems(resolved: Mapping[str, ResolvedLoss]) -> list[tuple[str, str]]:
+    """Each arm's resolved loss (JSON path -> value) built by `losslab.losses.build_loss`, the
+    constructor the run itself uses; a ValueError becomes a problem at that path."""
+    from losslab.losses import build_loss  # the losses' validation, not a mirror of it
 
     out = []
-    for path, spec in specs.items():
+    for path, loss in resolved.items():
         try:
-            parse_loss_spec(spec)
+            build_loss(loss)
         except ValueError as exc:
-            out.append((path, f"resolves to {spec}, which losslab.losses refuses: {exc}"))
+            out.append((path, f"resolves to {loss.spec}, which losslab.losses refuses: {exc}"))
     return out

@@ -125,7 +125,7 @@ def check_plan_data(data: Any) -> PlanCheck:
     errors.extend(p for p in checker.errors if p not in errors)
     # meaning of the values (semantics.py): one line per path, the first pass's wins
     sem_errors, sem_warnings = semantics.semantic_problems(data)
-    sem_errors += semantics.loss_problems(checker.resolved_specs)
+    sem_errors += semantics.loss_problems(checker.resolved)
     flagged = {p.path: i for i, p in enumerate(errors)}
     for path, message in sem_errors:
         if path not in flagged:
@@ -236,7 +236,7 @@ class _Checker:
         self.errors: list[Problem] = []
         self.warnings: list[Problem] = []
         self.losses: dict[Any, ResolvedLoss] = {}  # arm name -> its loss, resolved once
-        self.resolved_specs: dict[str, str] = {}  # arms[i].loss -> registry spec
+        self.resolved: dict[str, ResolvedLoss] = {}  # "arms[i].loss" -> the same value
         self.arms = list(_list(data.get("arms")))
         switch = data.get("switch", "loss")
         self.switch = switch if isinstance(switch, str) else "loss"
@@ -394,7 +394,7 @@ class _Checker:
                 self.err(f"arms[{i}].loss", str(exc))
             else:
                 self.losses[_dict(arm).get("name")] = resolved
-                self.resolved_specs[f"arms[{i}].loss"] = resolved.spec
+                self.resolved[f"arms[{i}].loss"] = resolved
 
     def check_batch_relations(self) -> None:
         steps = _int(self.d.get("steps"))
