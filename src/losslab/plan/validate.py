@@ -393,7 +393,9 @@ class _Checker:
             except LossNameError as exc:
                 self.err(f"arms[{i}].loss", str(exc))
             else:
-                self.losses[_dict(arm).get("name")] = resolved
+                name = _dict(arm).get("name")
+                if isinstance(name, str):  # any other name is pass 1's error (and unhashable)
+                    self.losses[name] = resolved
                 self.resolved[f"arms[{i}].loss"] = resolved
 
     def check_batch_relations(self) -> None:
