@@ -7,11 +7,19 @@ Sub-command groups (`plan`, `golden`) are typer sub-apps registered below.
 from __future__ import annotations
 
 import typer
+from typer.core import TyperGroup
 
 from losslab.backends import BACKENDS, DEFAULT_BACKEND  # the registry only: no backend loaded
+from losslab.cli_errors import GuardedGroup
+
+
+class _LosslabGroup(GuardedGroup, TyperGroup):
+    """The root command group: every command runs under `cli_errors.guarded` (no tracebacks)."""
+
 
 app = typer.Typer(
     name="losslab",
+    cls=_LosslabGroup,
     help="Trustworthy post-training RL loss experiments from one plan file.",
     no_args_is_help=True,
     add_completion=False,
@@ -307,7 +315,8 @@ def golden_check(
     try:
         result = check_golden(file, loss_tolerance=loss_tol, grad_tolerance=grad_tol)
     except (GoldenFileError, ValueError) as exc:
-        typer.echo(f"error: {exc}", err=True)
+        text = str(exc)
+        typer.echo(f"error: {text if file in text else f'{file}: {text}'}", err=True)
         raise typer.Exit(2) from None
     render_golden(result)
     if json_out is not None:
@@ -407,8 +416,9 @@ def run(
 
     Each phase writes its artifact into the run directory; `--resume` continues a killed run.
 
-    Exit codes: 0 done, 1 run error, 2 bad input (plan, run directory, resume), 3 a check
-    failed, 4 backend unreachable, 130 interrupted (the run directory stays resumable).
+    Exit codes: 0 done, 1 run error, 2 bad input (plan, run directory, resume, data), 3 a check
+    failed, 4 backend unreachable, 70 a bug (a crash file is named), 130 interrupted, 143
+    terminated by SIGTERM (after 130/143 the run directory stays resumable).
     """
     from pathlib import Path
 
@@ -440,9 +450,11 @@ def run(
     except RunError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(e.exit_code) from None
-    except KeyboardInterrupt:
-        typer.echo("interrupted before the run directory was created", err=True)
-        raise typer.Exit(130) from None
+    except KeyboardInterrupt as e:
+        from losslab.runner.signals import interrupt_exit_code, interrupt_name
+
+        typer.echo(f"{interrupt_name(e)} before the run directory was created", err=True)
+        raise typer.Exit(interrupt_exit_code(e)) from None
     # the runner itself logged "verdict: ..." and "report: ..." (terminal and run.log)
 
 
@@ -460,8 +472,8 @@ def report(
     except FileNotFoundError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
-    except (ValueError, KeyError) as e:  # a hand-edited or truncated artifact
-        typer.echo(f"error: cannot read the artifacts in {run_dir}: {e!r}", err=True)
+    except (ValueError, KeyError, TypeError, AttributeError) as e:  # a hand-edited artifact
+        typer.echo(f"error: cannot read the artifacts in {run_dir}: {e}", err=True)
         raise typer.Exit(2) from None
     typer.echo(f"report: {paths.html_path.resolve()}")
     typer.echo(f"facts: {paths.json_path.resolve()}")

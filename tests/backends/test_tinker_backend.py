@@ -108,6 +108,8 @@ def test_api_key_only_from_env_and_never_printed(monkeypatch):
             seen["api_key"] = api_key
 
     monkeypatch.setattr(tinker, "ServiceClient", FakeSDK)
+    # no network in unit tests: the reachability probe has its own test on a closed local port
+    monkeypatch.setattr("losslab.backends.tinker.probe_service", lambda url: None)
     monkeypatch.delenv("TINKER_API_KEY", raising=False)
     with pytest.raises(TinkerKeyError, match="TINKER_API_KEY is not set"):
         create_service_client("tinker")

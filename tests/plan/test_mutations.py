@@ -306,7 +306,7 @@ MUTATIONS: list[tuple[str, Mutation, str, str]] = [
         f"{CRIT}.metric",
         "not a per-item evaluation metric",
     ),
-    ("margin-out-of-range", setv(f"{CRIT}.margin", 1.5), f"{CRIT}.margin", "outside [-1, 1)"),
+    ("margin-out-of-range", setv(f"{CRIT}.margin", 1.5), f"{CRIT}.margin", "not inside (-1, 1)"),
     (
         "seeds-exclude-arms",
         setv("decision_rule.seeds", [1]),

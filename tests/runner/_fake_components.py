@@ -258,3 +258,23 @@ def factory(
         return comp
 
     return make
+
+
+def final_state(run_dir: Path) -> dict:
+    """What must not depend on interruptions: final weights+optimizer, eval rows, verdict."""
+    out = {}
+    for arm in ("base", "treat"):
+        ck = run_dir / "arms" / arm / "checkpoints" / "step_0004"
+        state = torch.load(ck / "trainer" / "s.pt")
+        out[arm] = {
+            "model": {k: v.tolist() for k, v in state["model"].items()},
+            "opt": {k: v.tolist() for k, v in state["opt"]["state"][0].items()},
+            "cursor": json.loads((ck / "state.json").read_text())["cursor"],
+            "eval": (run_dir / f"eval_{arm}.jsonl").read_text(),
+            "losses": [
+                r["loss/value"]
+                for r in map(json.loads, (run_dir / "arms" / arm / "metrics.jsonl").open())
+            ],
+        }
+    out["verdict"] = json.loads((run_dir / "verdict.json").read_text())
+    return out

@@ -82,7 +82,8 @@ def test_rehearsal_runs_every_phase_and_is_marked(tmp_path):
 
 
 def test_a_real_run_directory_cannot_be_resumed_as_a_rehearsal(tmp_path):
-    RunDir.create(tmp_path / "real", ARITHMETIC_PLAN, backend="local", force=False)
+    # the creator holds the run-dir lock until it releases it, as a finished run does
+    RunDir.create(tmp_path / "real", ARITHMETIC_PLAN, backend="local", force=False).release()
     factory = partial(RehearsalComponents, scale=TINY_SCALE, model_cache=tmp_path / "models")
     with pytest.raises(ResumeRefused, match="holds a real run"):
         run_plan(

@@ -12,13 +12,13 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 from losslab.runner import CheckFailed, ResumeRefused, RunDirError, RunInterrupted, run_plan
 from losslab.runner import rundir as rundir_mod
 from losslab.runner.checkpoint import completed_steps
 
 from ._fake_components import factory, write_fake_plan
+from ._fake_components import final_state as _final_state
 
 ARTIFACTS = [
     "manifest.json",
@@ -37,44 +37,6 @@ ARTIFACTS = [
     "report.html",
     "run.log",
 ]
-
-
-def _final_state(run_dir: Path) -> dict:
-    """What must not depend on interruptions: final weights+optimizer, eval rows, verdict."""
-    out = {}
-    for arm in ("base", "treat"):
-        ck = run_dir / "arms" / arm / "checkpoints" / "step_0004"
-        state = torch.load(ck / "trainer" / "s.pt")
-        out[arm] = {
-            "model": {k: v.tolist() for k, v in state["model"].items()},
-            "opt": {k: v.tolist() for k, v in state["opt"]["state"][0].items()},
-            "cursor": json.loads((ck / "state.json").read_text())["cursor"],
-            "eval": (run_dir / f"eval_{arm}.jsonl").read_text(),
-            "losses": [
-                r["loss/value"]
-                for r in map(json.loads, (run_dir / "arms" / arm / "metrics.jsonl").open())
-            ],
-        }
-    out["verdict"] = json.loads((run_dir / "verdict.json").read_text())
-    return out
-
-
-@pytest.fixture
-def plan(tmp_path: Path) -> Path:
-    return write_fake_plan(tmp_path / "plan.json")
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """Final state of one uninterrupted run of the default fake plan."""
-    tmp = tmp_path_factory.mktemp("reference")
-    run_plan(
-        write_fake_plan(tmp / "plan.json"),
-        out=tmp / "run",
-        quiet=True,
-        components_factory=factory(),
-    )
-    return _final_state(tmp / "run")
 
 
 def test_complete_run_writes_every_artifact(plan: Path, tmp_path: Path) -> None:

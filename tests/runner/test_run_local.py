@@ -170,3 +170,26 @@ def test_failed_gate_stops_the_cli_with_the_named_check(
     gate = json.loads((tmp_path / "run" / "pilot" / "gate.json").read_text())
     assert gate["passed"] is False
     assert not (tmp_path / "run" / "arms" / "grpo_seed0").exists()
+
+
+def test_resume_survives_a_deleted_adapter_in_the_final_checkpoint(
+    tiny: dict[str, Path], tmp_path: Path
+) -> None:
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny["reference"], run)
+    ck = run / "arms" / "dppo_seed0" / "checkpoints"
+    (ck / FINAL / "trainer" / "adapter.safetensors").unlink()  # the damaged checkpoint
+    (run / "eval_dppo_seed0.jsonl").unlink()  # so that the final weights are needed again
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the reference run
+    try:
+        run_plan(tiny["plan"], resume=run, quiet=True)
+    finally:
+        torch.set_num_threads(threads)
+    log = (run / "run.log").read_text()
+    assert f"dppo_seed0: checkpoint {FINAL} is damaged (" in log
+    assert "adapter.safetensors is missing" in log
+    assert "falling back to the newest intact one: checkpoint step_0001" in log
+    assert _final(run) == _final(tiny["reference"])

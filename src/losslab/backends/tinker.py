@@ -13,10 +13,15 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
+import socket
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from tinker import types
 
@@ -52,9 +57,21 @@ def builtin_request(
 class TinkerTrainingClient:
     """Wraps `tinker.TrainingClient`; unknown attributes pass through to the SDK client."""
 
-    def __init__(self, sdk_client: Any, adam_params: types.AdamParams | None = None) -> None:
+    def __init__(
+        self,
+        sdk_client: Any,
+        adam_params: types.AdamParams | None = None,
+        *,
+        url: str = "",
+        call_timeout_s: float | None = None,
+    ) -> None:
         self._sdk = sdk_client
         self._adam = adam_params if adam_params is not None else types.AdamParams()
+        self._url = url
+        self._call_timeout_s = call_timeout_s
+
+    def _bounded(self, what: str, future: Any) -> Any:
+        return BoundedFuture(future, what, self._url, self._call_timeout_s)
 
     def __repr__(self) -> str:
         return f"TinkerTrainingClient({type(self._sdk).__name__})"
@@ -62,7 +79,10 @@ class TinkerTrainingClient:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        return getattr(self._sdk, name)
+        attr = getattr(self._sdk, name)
+        if name in _BOUNDED_SDK_CALLS:
+            return lambda *a, **k: self._bounded(name, attr(*a, **k))
+        return attr
 
     def forward(
         self,
@@ -71,7 +91,7 @@ class TinkerTrainingClient:
         loss_fn_config: Mapping[str, float] | None = None,
     ) -> Any:
         batch, config = builtin_request(data, loss_fn, loss_fn_config)
-        return self._sdk.forward(batch, loss_fn, config)
+        return self._bounded("forward", self._sdk.forward(batch, loss_fn, config))
 
     def forward_backward(
         self,
@@ -80,12 +100,13 @@ class TinkerTrainingClient:
         loss_fn_config: Mapping[str, float] | None = None,
     ) -> Any:
         batch, config = builtin_request(data, loss_fn, loss_fn_config)
-        return self._sdk.forward_backward(batch, loss_fn, config)
+        return self._bounded("forward_backward", self._sdk.forward_backward(batch, loss_fn, config))
 
     def forward_backward_custom(
         self, data: Sequence[types.Datum], loss_fn: Callable[..., Any], **kwargs: Any
     ) -> Any:
-        return self._sdk.forward_backward_custom(check_data(data), loss_fn, **kwargs)
+        future = self._sdk.forward_backward_custom(check_data(data), loss_fn, **kwargs)
+        return self._bounded("forward_backward_custom", future)
 
     def optim_step(
         self,
@@ -98,7 +119,7 @@ class TinkerTrainingClient:
             if not isinstance(params, types.AdamParams):
                 raise ValueError(f"optim_params must be AdamParams, got {type(params).__name__}")
             self._adam = params
-        return self._sdk.optim_step(self._adam)
+        return self._bounded("optim_step", self._sdk.optim_step(self._adam))
 
     def optimizer_config(self) -> dict[str, Any]:
         """The optimizer family the service reports (get_info) and the AdamParams the next
@@ -117,60 +138,200 @@ class TinkerTrainingClient:
 
 CREATE_TIMEOUT_S = 300.0
 """How long `.result()` waits for the service to create a training client when the caller gives
-no timeout. Measured with SDK 0.38 against a closed loopback port: the SDK's own
-`create_lora_training_client` call blocks for about 300 s of connection retries before it raises
-`APIConnectionError`, so losslab runs that call in a worker thread and bounds the wait itself."""
+no timeout (`LOSSLAB_TINKER_TIMEOUT_S` overrides it). Measured with SDK 0.38 against a closed
+loopback port: the SDK's own `create_lora_training_client` call blocks for about 300 s of
+connection retries before it raises `APIConnectionError`, so losslab probes the URL first and runs
+that call in a worker thread, bounding (and polling, for Ctrl-C) the wait itself."""
+
+TIMEOUT_ENV = "LOSSLAB_TINKER_TIMEOUT_S"
+PROBE_TIMEOUT_S = 5.0
+"""A TCP connection to the service's host that takes longer than this counts as unreachable."""
+POLL_S = 0.2
+"""Waits on the service wake up this often, so Ctrl-C and SIGTERM act within a second."""
+_PROXY_ENV = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+
+
+def service_url(base_url: str | None = None) -> str:
+    """The URL the SDK will use: `base_url`, else $TINKER_BASE_URL, else the SDK's default."""
+    from tinker.lib.base_url import resolve_base_url
+
+    return resolve_base_url(base_url)
+
+
+def check_hint(url: str) -> str:
+    return f"check TINKER_BASE_URL and the network, e.g. `curl -sS {url}` should answer"
+
+
+def probe_service(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """Fail fast, naming the URL, when the service's host cannot be reached over TCP.
+
+    Skipped behind a proxy (the SDK's HTTP client would go through it, a direct connect not).
+
+    Raises:
+        ConnectionError: the host name does not resolve, or the connection is refused or
+            times out.
+    """
+    if any(os.environ.get(k) for k in _PROXY_ENV):
+        return
+    parts = urlsplit(url)
+    host = parts.hostname
+    if not host:
+        raise ConnectionError(f"the Tinker base URL {url!r} has no host; {check_hint(url)}")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise ConnectionError(f"the Tinker base URL {url!r} has a bad port") from None
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            pass
+    except OSError as e:
+        why = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e))
+        raise ConnectionError(
+            f"cannot reach the Tinker service at {url} ({host}:{port}: {why}); {check_hint(url)}"
+        ) from None
+
+
+def wait_interruptibly(future: concurrent.futures.Future, timeout_s: float) -> Any:
+    """`future.result()`, waiting in slices of `POLL_S` so a signal's exception (Ctrl-C,
+    SIGTERM) is raised within a second; TimeoutError after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"no answer within {timeout_s:g} s")
+        try:
+            return future.result(min(POLL_S, left))
+        except concurrent.futures.TimeoutError:
+            continue
+
+
+CALL_TIMEOUT_S = 1800.0
+"""Longest wait for one training call (forward_backward, optim_step, save/load state) when the
+caller gives no timeout; `LOSSLAB_TINKER_CALL_TIMEOUT_S` overrides it. Generous: a busy service
+queues requests; bounded: a lost connection must end the run with a message, not hang it."""
+CALL_TIMEOUT_ENV = "LOSSLAB_TINKER_CALL_TIMEOUT_S"
+_BOUNDED_SDK_CALLS = frozenset(
+    {
+        "save_state",
+        "load_state",
+        "load_state_with_optimizer",
+        "save_weights_for_sampler",
+        "save_weights_and_get_sampling_client",
+    }
+)
+
+
+class BoundedFuture:
+    """An SDK future whose `result()` waits in `POLL_S` slices (Ctrl-C/SIGTERM act within a
+    second) and at most the call timeout, then raises a TimeoutError naming the call and URL."""
+
+    def __init__(self, future: Any, what: str, url: str, timeout_s: float | None) -> None:
+        self._future, self._what, self._url = future, what, url
+        self._timeout_s = timeout_s
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._future, name)
+
+    def result(self, timeout: float | None = None) -> Any:
+        wait_s = (
+            timeout
+            if timeout is not None
+            else _env_seconds(CALL_TIMEOUT_ENV, self._timeout_s, CALL_TIMEOUT_S)
+        )
+        deadline = time.monotonic() + wait_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                where = f" at {self._url}" if self._url else ""
+                raise TimeoutError(
+                    f"the Tinker service{where} did not answer {self._what} within {wait_s:g} s; "
+                    f"{check_hint(self._url or 'TINKER_BASE_URL')}"
+                )
+            try:
+                return self._future.result(min(POLL_S, left))
+            except TimeoutError:  # concurrent.futures.TimeoutError is TimeoutError (3.11)
+                continue
+
+    async def result_async(self, timeout: float | None = None) -> Any:
+        return await self._future.result_async(timeout)
+
+    def __await__(self):
+        return self._future.__await__()
+
+
+def _in_thread(fn: Callable[[], Any]) -> concurrent.futures.Future:
+    """Run a blocking SDK call in a daemon thread (an abandoned one cannot keep the process)."""
+    future: concurrent.futures.Future = concurrent.futures.Future()
+
+    def work() -> None:
+        try:
+            future.set_result(fn())
+        except BaseException as e:  # handed to the waiting thread
+            future.set_exception(e)
+
+    threading.Thread(target=work, daemon=True, name="losslab-tinker-wait").start()
+    return future
 
 
 class _TrainingClientFuture:
-    """Future of a TinkerTrainingClient: the SDK's (blocking) creation call runs in a daemon
-    thread, so `.result(timeout)` bounds the whole creation, connection retries included."""
+    """Future of a TinkerTrainingClient: the SDK's (blocking) client creation, then its future,
+    waited on interruptibly and within one timeout that names the service."""
 
     def __init__(
         self,
-        create: Callable[[], Any],
+        submit: concurrent.futures.Future,
         adam_params: types.AdamParams | None,
         default_timeout_s: float,
+        url: str = "",
     ) -> None:
-        import concurrent.futures
-        import threading
-
+        self._submit = submit  # resolves to the SDK's client-creation future
         self._adam = adam_params
         self._default_timeout_s = default_timeout_s
-        self._done: concurrent.futures.Future[Any] = concurrent.futures.Future()
-
-        def work() -> None:
-            try:
-                sdk_future = create()
-                self._done.set_result(sdk_future)
-            except BaseException as e:  # handed to the caller of .result()
-                self._done.set_exception(e)
-
-        threading.Thread(target=work, name="losslab-tinker-create", daemon=True).start()
+        self._url = url
 
     def result(self, timeout: float | None = None) -> TinkerTrainingClient:
-        import concurrent.futures
         import time
 
         wait_s = self._default_timeout_s if timeout is None else timeout
-        deadline = time.monotonic() + wait_s
+        t0 = time.monotonic()
         try:
-            sdk_future = self._done.result(wait_s)
-            sdk_client = sdk_future.result(max(0.0, deadline - time.monotonic()))
-        except (TimeoutError, concurrent.futures.TimeoutError) as e:
+            sdk_future = wait_interruptibly(self._submit, wait_s)
+            left = max(wait_s - (time.monotonic() - t0), 0.0)
+            sdk_client = wait_interruptibly(_in_thread(lambda: sdk_future.result(left)), left)
+        except TimeoutError as e:
+            where = f" at {self._url}" if self._url else ""
             raise TimeoutError(
-                f"the Tinker service created no training client within {wait_s:g} s "
-                f"(unreachable base URL, or the service is busy); check TINKER_BASE_URL"
+                f"the Tinker service{where} created no training client within {wait_s:g} s "
+                f"(unreachable, or busy); {check_hint(self._url or 'TINKER_BASE_URL')}"
             ) from e
-        return TinkerTrainingClient(sdk_client, self._adam)
+        return TinkerTrainingClient(sdk_client, self._adam, url=self._url)
 
     async def result_async(self, timeout: float | None = None) -> TinkerTrainingClient:
         import asyncio
 
-        return await asyncio.to_thread(self.result, timeout)
+        sdk_future = await asyncio.wrap_future(self._submit)
+        return TinkerTrainingClient(await sdk_future, self._adam, url=self._url)
 
     def __await__(self):
         return self.result_async().__await__()
+
+
+def _env_seconds(env: str, given: float | None, default: float) -> float:
+    """`given`, else the environment variable `env` (seconds > 0), else `default`."""
+    if given is not None:
+        return float(given)
+    raw = os.environ.get(env)
+    if raw:
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ValueError(f"{env}={raw!r} is not a number of seconds") from None
+        if not value > 0:
+            raise ValueError(f"{env}={raw!r} must be > 0")
+        return value
+    return default
 
 
 class TinkerServiceClient:
@@ -188,17 +349,21 @@ class TinkerServiceClient:
         self,
         *,
         sdk_client: Any = None,
-        create_timeout_s: float = CREATE_TIMEOUT_S,
+        create_timeout_s: float | None = None,
         **sdk_kwargs: Any,
     ) -> None:
         if "api_key" in sdk_kwargs:
             raise ValueError(f"api_key is not accepted; set the {API_KEY_ENV} environment variable")
+        self._url = ""
         if sdk_client is None:
             import tinker
 
-            sdk_client = tinker.ServiceClient(api_key=api_key_from_env(), **sdk_kwargs)
+            key = api_key_from_env()
+            self._url = service_url(sdk_kwargs.get("base_url"))
+            probe_service(self._url)  # an unreachable URL fails here, in seconds, by name
+            sdk_client = tinker.ServiceClient(api_key=key, **sdk_kwargs)
         self._sdk = sdk_client
-        self._create_timeout_s = create_timeout_s
+        self._create_timeout_s = _env_seconds(TIMEOUT_ENV, create_timeout_s, CREATE_TIMEOUT_S)
 
     def __repr__(self) -> str:
         return "TinkerServiceClient(api_key=<from TINKER_API_KEY, hidden>)"
@@ -217,10 +382,13 @@ class TinkerServiceClient:
         adam_params: types.AdamParams | None = None,
         **kwargs: Any,
     ) -> _TrainingClientFuture:
-        def create() -> Any:
-            return self._sdk.create_lora_training_client(base_model, rank=rank, seed=seed, **kwargs)
-
-        return _TrainingClientFuture(create, adam_params, self._create_timeout_s)
+        # the SDK call itself blocks while it opens a session: run it where a wait can end
+        submit = _in_thread(
+            lambda: self._sdk.create_lora_training_client(
+                base_model, rank=rank, seed=seed, **kwargs
+            )
+        )
+        return _TrainingClientFuture(submit, adam_params, self._create_timeout_s, self._url)
 
     def create_sampling_client(self, *args: Any, **kwargs: Any) -> Any:
         return self._sdk.create_sampling_client(*args, **kwargs)

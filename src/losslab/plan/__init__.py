@@ -8,6 +8,8 @@ plan.engine.group_size          # 8 (default; the optional `engine` block overri
 ```
 
 Imports only pydantic (layering): `losslab.stats` and above import this package, never the reverse.
+The one exception is `semantics.loss_problems`, which checks each resolved loss with
+`losslab.losses`' own validation (`losses` never imports `plan`, so there is no cycle).
 """
 
 from losslab.plan.loss_names import (

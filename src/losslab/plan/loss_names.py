@@ -17,9 +17,9 @@ Pinned revisions `owner/repo@commit:path::function(kw=value, ...) — descriptio
 (`parse_revision`, `Revision`, `RevisionError`): the one revision parser, which
 `losslab.conformance` imports. Argument lists and spec strings use `losslab.callspec`'s grammar.
 
-`plan` may not import `losses` (layering); the registry's names come from the stdlib-only
-`losslab.loss_names` that `losses` also reads, and `losslab.losses.build_loss` checks the
-parameters when the run builds the loss.
+The registry's names come from the stdlib-only `losslab.loss_names` that `losses` also reads;
+the parameters of every resolved loss are checked at plan time by `losslab.losses.build_loss`
+itself (`losslab.plan.semantics.loss_problems`, the one place `plan` imports `losses`, lazily).
 """
 
 from __future__ import annotations

@@ -147,7 +147,33 @@ def plan_summary(plan: Plan) -> str:
         fc = plan.feasibility_check
         problems = "; ".join(fc.problems) if fc.problems else "none"
         lines.append(f"  feasibility_check: {fc.status} (problems: {problems})")
+    notes = recorded_texts(plan)
+    if notes:
+        lines += ["", "Recorded as written (free text; losslab does not interpret it)"]
+        lines += [f"  {path}: {_one_line(text)}" for path, text in notes]
     if plan.warnings:
         lines += ["", "Warnings"]
         lines += [f"  {w}" for w in plan.warnings]
     return "\n".join(lines)
+
+
+def recorded_texts(plan: Plan) -> list[tuple[str, str]]:
+    """Free-text fields no phase reads and no other line of `plan show` prints, by JSON path:
+    shown here so that every field a plan sets is either used or visibly only recorded."""
+    out = [
+        (name, getattr(plan, name))
+        for name in ("method", "baseline", "primary_endpoint", "success_criterion")
+        if getattr(plan, name)
+    ]
+    if plan.activation_gate is not None:
+        out += [
+            (f"activation_gate.checks[{i}].measures", c.measures)
+            for i, c in enumerate(plan.activation_gate.checks)
+            if c.measures
+        ]
+    return out
+
+
+def _one_line(text: str, width: int = 160) -> str:
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= width else flat[: width - 3] + "..."

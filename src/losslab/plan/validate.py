@@ -19,6 +19,12 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from losslab.plan import semantics
+from losslab.plan.jsonvalues import format_number as _fmt_num
+from losslab.plan.jsonvalues import json_dict as _dict
+from losslab.plan.jsonvalues import json_int as _int
+from losslab.plan.jsonvalues import json_list as _list
+from losslab.plan.jsonvalues import json_number as _num
 from losslab.plan.loss_names import LossNameError, ResolvedLoss, resolve_loss
 from losslab.plan.rule import weighted_range
 from losslab.plan.schema import (
@@ -85,6 +91,9 @@ def check_plan_file(path: str | Path) -> PlanCheck:
         return PlanCheck(None, [Problem("$", f"plan file {str(path)!r} does not exist")])
     except (OSError, UnicodeDecodeError) as exc:
         return PlanCheck(None, [Problem("$", f"cannot read plan file {str(path)!r}: {exc}")])
+    refused = semantics.text_problems(text)  # size, depth, secrets: before the parser runs
+    if refused:
+        return PlanCheck(None, [Problem(path, msg) for path, msg in refused])
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -92,6 +101,8 @@ def check_plan_file(path: str | Path) -> PlanCheck:
             None,
             [Problem("$", f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")],
         )
+    except (RecursionError, ValueError) as exc:  # depth is bounded above; belt and braces
+        return PlanCheck(None, [Problem("$", f"not valid JSON: {exc}")])
     return check_plan_data(data)
 
 
@@ -99,6 +110,10 @@ def check_plan_data(data: Any) -> PlanCheck:
     """Check an already-parsed plan (a dict as `json.load` gives it)."""
     if not isinstance(data, dict):
         return PlanCheck(None, [Problem("$", f"expected a JSON object, got {type(data).__name__}")])
+    if semantics.data_depth(data) > semantics.MAX_DEPTH:
+        return PlanCheck(
+            None, [Problem("$", f"nesting is deeper than {semantics.MAX_DEPTH} levels")]
+        )
     errors: list[Problem] = []
     plan: Plan | None = None
     try:
@@ -108,6 +123,17 @@ def check_plan_data(data: Any) -> PlanCheck:
     checker = _Checker(data)
     checker.run()
     errors.extend(p for p in checker.errors if p not in errors)
+    # meaning of the values (semantics.py): one line per path, the first pass's wins
+    sem_errors, sem_warnings = semantics.semantic_problems(data)
+    sem_errors += semantics.loss_problems(checker.resolved)
+    flagged = {p.path: i for i, p in enumerate(errors)}
+    for path, message in sem_errors:
+        if path not in flagged:
+            flagged[path] = len(errors)
+            errors.append(Problem(path, message))
+        elif semantics.NOT_FINITE in message:  # the plainest reason wins for NaN/Infinity
+            errors[flagged[path]] = Problem(path, message)
+    checker.warnings.extend(Problem(path, message) for path, message in sem_warnings)
     if errors:
         unknown = [
             Problem(key, "unknown field; kept as written, not used by this losslab version")
@@ -202,29 +228,6 @@ def _unknown_field_warnings(model: BaseModel, path: str) -> Iterator[Problem]:
 # --- pass 2: relations between fields, on the raw JSON ---
 
 
-def _num(value: Any) -> float | None:
-    """A JSON number as float; None for anything else (its type error is pass 1's)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _fmt_num(x: float) -> str:
-    return repr(int(x)) if float(x).is_integer() and abs(x) < 1e15 else repr(x)
-
-
 class _Checker:
     """Cross-field rules on the raw JSON; `errors` and `warnings` collect `Problem`s."""
 
@@ -233,6 +236,7 @@ class _Checker:
         self.errors: list[Problem] = []
         self.warnings: list[Problem] = []
         self.losses: dict[Any, ResolvedLoss] = {}  # arm name -> its loss, resolved once
+        self.resolved: dict[str, ResolvedLoss] = {}  # "arms[i].loss" -> the same value
         self.arms = list(_list(data.get("arms")))
         switch = data.get("switch", "loss")
         self.switch = switch if isinstance(switch, str) else "loss"
@@ -385,11 +389,14 @@ class _Checker:
             if not isinstance(loss, str):
                 continue
             try:
-                self.losses[_dict(arm).get("name")] = resolve_loss(
-                    loss, baseline_rev, reference_rev
-                )
+                resolved = resolve_loss(loss, baseline_rev, reference_rev)
             except LossNameError as exc:
                 self.err(f"arms[{i}].loss", str(exc))
+            else:
+                name = _dict(arm).get("name")
+                if isinstance(name, str):  # any other name is pass 1's error (and unhashable)
+                    self.losses[name] = resolved
+                self.resolved[f"arms[{i}].loss"] = resolved
 
     def check_batch_relations(self) -> None:
         steps = _int(self.d.get("steps"))
@@ -671,11 +678,12 @@ class _Checker:
                 and len(good_weights) == len(weights) > 0
             ):
                 low, high = weighted_range(good_weights, good_bounds)  # type: ignore[arg-type]
-                if not low <= margin < high:
+                if not low < margin < high:  # at low nothing is refuted, at high nothing validated
                     self.err(
                         f"{base}.margin",
-                        f"{_fmt_num(margin)} is outside [{_fmt_num(low)}, {_fmt_num(high)}), the range "
-                        "of the weighted difference; the verdict would be fixed before any data",
+                        f"{_fmt_num(margin)} is not inside ({_fmt_num(low)}, {_fmt_num(high)}), the "
+                        "open range of the weighted difference; the verdict would be fixed before "
+                        "any data",
                     )
 
     def check_budget(self) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from losslab.artifacts import ArtifactError, read_object, read_rows
 from losslab.atomic import atomic_write_json, atomic_write_text
 from losslab.report import plots
 from losslab.report.html import render_html
@@ -32,17 +33,13 @@ class ReportPaths:
 
 
 def _read_json(path: Path) -> Any:
-    if not path.is_file():
-        return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    """A JSON object artifact, None when absent; a damaged one raises `ArtifactError`."""
+    return read_object(path) if path.is_file() else None
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]] | None:
-    if not path.is_file():
-        return None
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """A JSON-lines artifact of objects, None when absent; damage names the file and line."""
+    return read_rows(path) if path.is_file() else None
 
 
 def _switch(arms: list[dict[str, Any]]) -> dict[str, Any]:
@@ -137,6 +134,9 @@ def collect(run_dir: Path) -> dict[str, Any]:
     manifest = _read_json(run_dir / "manifest.json")
     if manifest is None:
         raise FileNotFoundError(f"{run_dir} is not a losslab run directory: no manifest.json")
+    phases = manifest.get("phases", {})
+    if not isinstance(phases, dict) or not all(isinstance(v, dict) for v in phases.values()):
+        raise ArtifactError(run_dir / "manifest.json", "'phases' is not an object of objects")
     plan = _read_json(run_dir / "plan.json") or {}
     schedule = manifest.get("schedule", {})
     arms_plan = [a for a in plan.get("arms", []) if isinstance(a, dict)]

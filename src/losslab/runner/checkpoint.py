@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from losslab.atomic import atomic_dir
-from losslab.runner.rundir import read_json, write_json_artifact
+from losslab.runner.rundir import read_json, sha256_file, write_json_artifact
 
 STEP_PREFIX = "step_"
 TMP_PREFIX = ".tmp-step_"
@@ -101,16 +101,65 @@ def save_checkpoint(
                 "metrics": metrics,
                 "rng": capture_rng(),
                 "trainer": trainer_info,
+                "files": file_hashes(tmp / "trainer"),
             },
         )
     return final
 
 
-def load_checkpoint(path: Path) -> Checkpoint:
-    state = read_json(path / "state.json")
+def file_hashes(folder: Path) -> dict[str, str]:
+    """sha256 of every file under `folder`, by path relative to it (what resume verifies)."""
+    return {
+        p.relative_to(folder).as_posix(): sha256_file(p)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+class DamagedCheckpoint(ValueError):
+    """A checkpoint folder whose state.json or trainer files are missing or altered."""
+
+
+_STATE_KEYS = {"step": int, "cursor": dict, "metrics": list, "rng": dict, "trainer": dict}
+
+
+def verify_checkpoint(path: Path) -> Checkpoint:
+    """Read a checkpoint and check it whole: state.json's schema, its step against the folder
+    name, and every trainer file against the sha256 recorded at save time.
+
+    Raises:
+        DamagedCheckpoint: naming the file that is missing, unreadable or altered.
+    """
+    state_path = path / "state.json"
+    try:
+        state = read_json(state_path)
+    except FileNotFoundError:
+        raise DamagedCheckpoint(f"{state_path} is missing") from None
+    except (OSError, ValueError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise DamagedCheckpoint(f"{state_path} is not readable JSON ({e})") from None
+    if not isinstance(state, dict):
+        raise DamagedCheckpoint(f"{state_path} is not a JSON object")
+    for key, kind in _STATE_KEYS.items():
+        if not isinstance(state.get(key), kind) or isinstance(state.get(key), bool):
+            raise DamagedCheckpoint(f"{state_path}: '{key}' is missing or not a {kind.__name__}")
+    if step_dir_name(state["step"]) != path.name:
+        raise DamagedCheckpoint(f"{state_path}: step {state['step']} does not match {path.name}")
+    files = state.get("files")
+    if files is not None:
+        if not isinstance(files, dict):
+            raise DamagedCheckpoint(f"{state_path}: 'files' is not an object")
+        trainer = path / "trainer"
+        for rel, digest in files.items():
+            file = trainer / rel
+            if not file.is_file():
+                raise DamagedCheckpoint(f"{file} is missing")
+            if sha256_file(file) != digest:
+                raise DamagedCheckpoint(
+                    f"{file} differs from the sha256 recorded when it was saved"
+                )
     return Checkpoint(
         path=path,
-        step=int(state["step"]),
+        step=state["step"],
         cursor=state["cursor"],
         metrics=state["metrics"],
         rng=state["rng"],
@@ -118,23 +167,47 @@ def load_checkpoint(path: Path) -> Checkpoint:
     )
 
 
+def load_checkpoint(path: Path) -> Checkpoint:
+    """A checkpoint read back and verified (`verify_checkpoint`)."""
+    return verify_checkpoint(path)
+
+
 def completed_steps(checkpoints_dir: Path) -> list[int]:
     if not checkpoints_dir.is_dir():
         return []
     steps = []
     for p in checkpoints_dir.iterdir():
-        if p.is_dir() and p.name.startswith(STEP_PREFIX) and (p / "state.json").is_file():
-            steps.append(int(p.name[len(STEP_PREFIX) :]))
+        digits = p.name[len(STEP_PREFIX) :]
+        if p.is_dir() and p.name.startswith(STEP_PREFIX) and digits.isdigit():
+            steps.append(int(digits))  # intact or not: newest_intact_checkpoint verifies
     return sorted(steps)
 
 
 def latest_checkpoint(checkpoints_dir: Path) -> Checkpoint | None:
-    """The checkpoint with the most completed steps, after removing half-written temp folders."""
+    """The newest intact checkpoint (see `newest_intact_checkpoint`), damaged ones skipped."""
+    return newest_intact_checkpoint(checkpoints_dir)[0]
+
+
+def newest_intact_checkpoint(
+    checkpoints_dir: Path,
+) -> tuple[Checkpoint | None, list[tuple[Path, str]]]:
+    """The checkpoint with the most completed steps that passes `verify_checkpoint`, and each
+    newer one that did not, with why (after removing half-written temp folders).
+
+    Why fall back: `prune_checkpoints` keeps the previous checkpoint exactly so that a damaged
+    newest one (a deleted adapter file, a bad disk write) costs one recomputed step, not the run.
+    """
     if checkpoints_dir.is_dir():
         for p in checkpoints_dir.glob(f"{TMP_PREFIX}*"):
             shutil.rmtree(p, ignore_errors=True)
-    steps = completed_steps(checkpoints_dir)
-    return load_checkpoint(checkpoints_dir / step_dir_name(steps[-1])) if steps else None
+    damaged: list[tuple[Path, str]] = []
+    for step in reversed(completed_steps(checkpoints_dir)):
+        path = checkpoints_dir / step_dir_name(step)
+        try:
+            return verify_checkpoint(path), damaged
+        except DamagedCheckpoint as e:
+            damaged.append((path, str(e)))
+    return None, damaged
 
 
 def prune_checkpoints(checkpoints_dir: Path, keep_last: int, protect: set[int]) -> None:

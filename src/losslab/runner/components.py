@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from losslab.runner.errors import BackendUnavailable, RunError, UnsupportedPlan
+from losslab.runner.errors import BackendUnavailable, DataError, RunError, UnsupportedPlan
 from losslab.runner.protocols import Schedule
 
 EVAL_PROBE_ITEMS = 32
@@ -49,6 +49,21 @@ def backend_errors(backend: str, what: str) -> Iterator[None]:
         raise RunError(f"{what}: {e}") from e
     except (tinker.TinkerError, ConnectionError, TimeoutError) as e:
         raise BackendUnavailable(f"backend {backend!r} failed during {what}: {e}") from e
+
+
+def check_task_sizes(task: Any, n_eval: int, data: Any) -> None:
+    """Refuse a task with fewer test items than `eval.n_examples`: the verdict's n is planned,
+    so a smaller test set is an error, never a silently smaller n."""
+    have = len(task.test)
+    if have < n_eval:
+        source = f"--data {data}" if data else f"task {getattr(task, 'name', '?')!r}"
+        raise DataError(
+            f"{source} has {have} test items but the plan's eval.n_examples is {n_eval}; "
+            f"supply the full test split, or set eval.n_examples to {have} in the plan (the "
+            "decision rule's interval then widens accordingly)"
+        )
+    if not task.train:
+        raise DataError(f"task {getattr(task, 'name', '?')!r} has no training problems")
 
 
 def _rows_failures(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -166,6 +181,10 @@ class DefaultComponents:
             seeds={u: seed for u, (_, seed) in units.items()},
             units={u: arm for u, (arm, _) in units.items() if u != arm},
         )
+        if self.data is not None or not self._task_needs_hub:
+            # local files or generated data: checked now, before any run directory or service
+            # call; a hub download stays lazy (the first phase that needs the task loads it)
+            self.task  # noqa: B018
 
     # --- shared resources, created on first use ----------------------------------------------
     @property
@@ -197,6 +216,12 @@ class DefaultComponents:
         except (tinker.TinkerError, OSError, RuntimeError, ValueError) as e:  # key, device
             raise BackendUnavailable(f"backend {self.backend!r} is not available: {e}") from e
 
+    @property
+    def _task_needs_hub(self) -> bool:
+        return self.plan.task_name.lower() in ("gsm8k", "openai/gsm8k") and not (
+            self.plan.engine.task_config.get("data")
+        )
+
     @cached_property
     def task(self) -> Any:
         from losslab.tasks import make_task
@@ -207,9 +232,11 @@ class DefaultComponents:
         # generated tasks make exactly n_test items; a fixed test set keeps its first n_test
         config.setdefault("n_test", self.plan.eval.n_examples)
         try:
-            return make_task(self.plan.task_name, seed=self.plan.arms[0].seed, data=data, **config)
-        except (ValueError, FileNotFoundError, OSError) as e:
-            raise RunError(f"task {self.plan.task_name!r} could not be built: {e}") from e
+            task = make_task(self.plan.task_name, seed=self.plan.arms[0].seed, data=data, **config)
+        except (ValueError, TypeError, FileNotFoundError, OSError, RuntimeError) as e:
+            raise DataError(f"task {self.plan.task_name!r} could not be built: {e}") from e
+        check_task_sizes(task, self.plan.eval.n_examples, data)
+        return task
 
     def train_order(self, seed: int) -> list[Any]:
         """The training problems in the order a unit with `seed` draws them: the task's own order

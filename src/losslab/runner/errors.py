@@ -29,6 +29,12 @@ class UnsupportedPlan(RunError):
     exit_code = 2
 
 
+class DataError(RunError):
+    """The task's data (`--data` files, the hub copy) is unreadable or too small for the plan."""
+
+    exit_code = 2
+
+
 class BackendUnavailable(RunError):
     """The backend could not be reached or could not create a client."""
 

@@ -28,8 +28,10 @@ import torch
 
 from losslab.backends import DEFAULT_BACKEND
 from losslab.engine.rl import train_steps
+from losslab.runner.artifacts import DamagedArtifact, read_object, read_rows, set_aside
 from losslab.runner.checkpoint import (
-    latest_checkpoint,
+    Checkpoint,
+    newest_intact_checkpoint,
     prune_checkpoints,
     restore_rng,
     save_checkpoint,
@@ -42,10 +44,9 @@ from losslab.runner.rundir import (
     PHASES,
     RunDir,
     atomic_write_jsonl,
-    read_json,
-    read_jsonl,
     write_json_artifact,
 )
+from losslab.runner.signals import interrupt_exit_code, interrupt_name, sigterm_as_interrupt
 from losslab.runner.trackers import MetricsMirror, open_tracker
 
 KEEP_CHECKPOINTS = 2  # newest two per arm: resume needs one, the other guards a bad disk write
@@ -55,9 +56,13 @@ ComponentsFactory = Callable[[Path, str], Components]
 
 
 class RunInterrupted(RunError):
-    """Ctrl-C: the run directory is left resumable."""
+    """Ctrl-C or SIGTERM: the run directory is left resumable (exit 130, or 143 for SIGTERM)."""
 
     exit_code = 130
+
+    def __init__(self, message: str, exit_code: int = 130) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 @dataclass(frozen=True)
@@ -116,6 +121,33 @@ def run_plan(
     Raises:
         RunError (and subclasses), PlanError: with a message fit for the user.
     """
+    with sigterm_as_interrupt():  # a scheduler's SIGTERM unwinds like Ctrl-C
+        return _run_plan(
+            plan_file,
+            backend,
+            out,
+            resume,
+            force,
+            quiet,
+            data,
+            components_factory,
+            rehearse,
+            tracker,
+        )
+
+
+def _run_plan(
+    plan_file: Path,
+    backend: str,
+    out: Path | None,
+    resume: Path | None,
+    force: bool,
+    quiet: bool,
+    data: Path | None,
+    components_factory: ComponentsFactory | None,
+    rehearse: bool,
+    tracker: str | None,
+) -> RunResult:
     plan_file = Path(plan_file)
     if not plan_file.is_file():
         raise RunError(f"plan file {plan_file} does not exist")
@@ -159,24 +191,30 @@ def run_plan(
                 (run.root / "REHEARSAL.txt").write_text(rehearsal_marker_text(rehearsal))
     except OSError as e:
         raise RunDirError(f"cannot write the run directory: {e}") from e
-    force = bool(run.read_manifest().get("force"))
-    console = RunConsole(run.log_path, quiet=quiet, total_phases=len(PHASES))
-    if mirror is not None:
-        mirror.start(run.root.name, _tracker_config(run))
-    how = f"resuming {run.root}" if resume is not None else f"run directory {run.root}"
     flag = " --rehearse" if rehearse else ""
-    console.log(f"losslab run {plan_file} --backend {backend}{flag}: {how}")
-    if rehearsal is not None:
-        console.log(rehearsal["note"])
-        console.log(f"rehearsal model: {rehearsal['model']['architecture']}")
-        console.log(f"rehearsal tokenizer: {rehearsal['model']['tokenizer']}")
     resume_hint = f"losslab run {plan_file} --backend {backend}{flag} --resume {run.root}"
+    console: RunConsole | None = None
     threads = torch.get_num_threads()  # a resume may pin it to the original run's; restored below
     try:
+        force = bool(run.read_manifest().get("force"))
+        console = RunConsole(run.log_path, quiet=quiet, total_phases=len(PHASES))
+        if mirror is not None:
+            mirror.start(run.root.name, _tracker_config(run))
+        how = f"resuming {run.root}" if resume is not None else f"run directory {run.root}"
+        console.log(f"losslab run {plan_file} --backend {backend}{flag}: {how}")
+        if rehearsal is not None:
+            console.log(rehearsal["note"])
+            console.log(f"rehearsal model: {rehearsal['model']['architecture']}")
+            console.log(f"rehearsal tokenizer: {rehearsal['model']['tokenizer']}")
         return _Runner(run, components, console, force, mirror).run()
     except KeyboardInterrupt as e:
-        console.log(f"interrupted; the run directory is resumable: {resume_hint}")
-        raise RunInterrupted(f"interrupted. Continue with: {resume_hint}") from e
+        what = interrupt_name(e)
+        if console is not None:
+            try:
+                console.log(f"{what}; the run directory is resumable: {resume_hint}")
+            except OSError:  # e.g. the disk is full: the message below still reaches the user
+                pass
+        raise RunInterrupted(f"{what}. Continue with: {resume_hint}", interrupt_exit_code(e)) from e
     except OSError as e:
         if e.errno == errno.ENOSPC:
             raise RunDirError(
@@ -187,17 +225,20 @@ def run_plan(
     except CheckFailed:
         raise
     except RunError as e:
-        console.log(f"stopped: {e}")
+        _log_quietly(console, f"stopped: {e}")
         raise
     except Exception as e:  # a bug: keep the traceback, but leave a trace in run.log too
-        console.log(
-            f"crashed: {type(e).__name__}: {e}; the run directory is resumable: {resume_hint}"
+        _log_quietly(
+            console,
+            f"crashed: {type(e).__name__}: {e}; the run directory is resumable: {resume_hint}",
         )
         raise
     finally:
         if mirror is not None:
             mirror.close()
-        console.close()
+        if console is not None:
+            console.close()
+        run.release()
         torch.set_num_threads(threads)
 
 
@@ -210,6 +251,16 @@ def _tracker_config(run: RunDir) -> dict[str, Any]:
         "losslab_version": manifest.get("losslab_version"),
         "backend": manifest.get("backend"),
     }
+
+
+def _log_quietly(console: RunConsole | None, message: str) -> None:
+    """Log a last line if the log can still be written (not on a full disk)."""
+    if console is None:
+        return
+    try:
+        console.log(message)
+    except OSError:
+        pass
 
 
 class _Runner:
@@ -282,7 +333,7 @@ class _Runner:
         self, name: str, artifact: Path, compute: Callable[[], dict[str, Any]]
     ) -> None:
         """Run a pass/fail phase; stop on failure unless forced. Skipped once recorded done."""
-        if self._status(name) in ("done", "forced"):
+        if self._status(name) in ("done", "forced") and self._intact(artifact):
             self.console.skip_phase(name, "already done (resume)")
             return
         t0 = time.perf_counter()
@@ -336,8 +387,51 @@ class _Runner:
         )
 
     def _pilot_rows(self) -> list[dict[str, Any]]:
-        rows = read_jsonl(self.run_dir.metrics_path(self.sched.treatment))
-        return rows[: self.sched.pilot_steps]
+        return self._metrics_rows(self.sched.treatment)[: self.sched.pilot_steps]
+
+    def _metrics_rows(self, arm: str) -> list[dict[str, Any]]:
+        """The arm's metrics.jsonl; a damaged one is rebuilt from its checkpoint (same rows)."""
+        path = self.run_dir.metrics_path(arm)
+        if not self._intact(path, read_rows):
+            ck = self._checkpoint(arm)
+            if ck is None:
+                raise RunDirError(f"{path} is damaged and arm {arm} has no intact checkpoint")
+            atomic_write_jsonl(path, ck.metrics)
+            self.console.log(f"rebuilt {path.name} of {arm} from checkpoint {ck.path.name}")
+        return read_rows(path)
+
+    def _verify_report_inputs(self) -> None:
+        """Before the report reads them: rebuild damaged metrics; a damaged executed-config
+        record is set aside (the report then shows it as absent; the log names it). The check
+        phases' artifacts were verified, and recomputed if damaged, by `_check_phase`."""
+        for arm in self.sched.arms:
+            if self.run_dir.metrics_path(arm).exists():
+                self._metrics_rows(arm)
+        if self.run_dir.executed_config_path.exists():
+            self._intact(self.run_dir.executed_config_path)
+
+    # --- artifacts read back -----------------------------------------------------------------
+    def _intact(self, path: Path, reader: Callable[[Path], Any] = read_object) -> bool:
+        """Whether `path` reads back with its schema; a damaged file is named, set aside as
+        `<name>.damaged` and recomputed by the caller."""
+        try:
+            reader(path)
+            return True
+        except DamagedArtifact as e:
+            if path.exists():
+                aside = set_aside(path)
+                self.console.log(f"{e}; set aside as {aside.name}")
+            return False
+
+    def _checkpoint(self, arm: str) -> Checkpoint | None:
+        """The arm's newest intact checkpoint; each newer damaged one is named in the log."""
+        ck, damaged = newest_intact_checkpoint(self.run_dir.checkpoints_dir(arm))
+        for path, why in damaged:
+            self.console.log(f"{arm}: checkpoint {path.name} is damaged ({why}); skipped")
+        if damaged:
+            fallback = f"checkpoint {ck.path.name}" if ck else "the start (no intact checkpoint)"
+            self.console.log(f"{arm}: falling back to the newest intact one: {fallback}")
+        return ck
 
     def _feasibility(self) -> dict[str, Any]:
         pilot = self.run_dir.read_manifest()["phases"]["pilot"]
@@ -356,8 +450,8 @@ class _Runner:
 
     def _gate(self) -> dict[str, Any]:
         path = self.run_dir.executed_config_path
-        executed = read_json(path).get(self.sched.treatment, {}) if path.is_file() else {}
-        return self.comp.gate(self._pilot_rows(), executed)
+        recorded = read_object(path) if path.is_file() and self._intact(path) else {}
+        return self.comp.gate(self._pilot_rows(), recorded.get(self.sched.treatment, {}))
 
     def _arms(self) -> None:
         if self._status("arms") == "done":
@@ -370,7 +464,9 @@ class _Runner:
         self.run_dir.mark_phase("arms", "done", seconds=time.perf_counter() - t0)
 
     def _evaluation(self) -> None:
-        if self._status("evaluation") == "done":
+        if self._status("evaluation") == "done" and all(
+            self._intact(self.run_dir.eval_path(arm), read_rows) for arm in self.sched.arms
+        ):
             self.console.skip_phase("evaluation", "already done (resume)")
             return
         t0 = time.perf_counter()
@@ -378,10 +474,13 @@ class _Runner:
             base_accuracy = self._evaluate_base()
             for arm in self.sched.arms:
                 path = self.run_dir.eval_path(arm)
-                if path.is_file():  # written atomically: present means complete
+                if path.is_file() and self._intact(path, read_rows):
                     self.console.log(f"evaluation of {arm}: already done (resume)")
                     continue
-                ck = latest_checkpoint(self.run_dir.checkpoints_dir(arm))
+                ck = self._checkpoint(arm)
+                if ck is None or ck.step != self.sched.steps:  # final one damaged: redo the rest
+                    self._train(arm, until=self.sched.steps)
+                    ck = self._checkpoint(arm)
                 if ck is None or ck.step != self.sched.steps:
                     raise RunError(f"arm {arm} has no final checkpoint to evaluate")
                 trainer = self._open_trainer(arm)
@@ -405,9 +504,9 @@ class _Runner:
         """Evaluate the initial policy once (a fresh trainer of the first arm, untrained; every
         arm starts from these weights, as the restoration preflight checks); its accuracy."""
         path = self.run_dir.base_eval_path
-        if path.is_file():  # written atomically: present means complete
+        if path.is_file() and self._intact(path, read_rows):
             self.console.log("evaluation of the base model: already done (resume)")
-            return _accuracy(read_jsonl(path))
+            return _accuracy(read_rows(path))
         arm = self.sched.arms[0]
         seed_everything(self.sched.seeds[arm])  # the same initial state the arm trains from
         t0 = time.perf_counter()
@@ -426,12 +525,12 @@ class _Runner:
         return acc
 
     def _decision(self) -> dict[str, Any]:
-        if self._status("decision") == "done":
+        if self._status("decision") == "done" and self._intact(self.run_dir.verdict_path):
             self.console.skip_phase("decision", "already done (resume)")
-            return read_json(self.run_dir.verdict_path)
+            return read_object(self.run_dir.verdict_path)
         t0 = time.perf_counter()
         with self.console.phase("decision"):
-            evals = {arm: read_jsonl(self.run_dir.eval_path(arm)) for arm in self.sched.arms}
+            evals = {arm: read_rows(self.run_dir.eval_path(arm)) for arm in self.sched.arms}
             verdict = self.comp.decide(evals)
             write_json_artifact(self.run_dir.verdict_path, verdict)
         self.run_dir.mark_phase("decision", "done", seconds=time.perf_counter() - t0)
@@ -450,6 +549,7 @@ class _Runner:
                 path = self.run_dir.report_html_path
             return path
         with self.console.phase("report"):
+            self._verify_report_inputs()
             paths = build_report(self.run_dir.root)
         self.run_dir.mark_phase("report", "done", seconds=time.perf_counter() - t0)
         return paths.html_path
@@ -467,7 +567,7 @@ class _Runner:
         seed_everything(self.sched.seeds[arm])
         trainer = self.comp.make_trainer(arm)
         path = self.run_dir.executed_config_path
-        recorded = read_json(path) if path.is_file() else {}
+        recorded = read_object(path) if path.is_file() and self._intact(path) else {}
         if arm not in recorded:
             values = self.comp.executed_config(arm, trainer)
             for v in values.values():
@@ -507,7 +607,7 @@ class _Runner:
         cannot change what a resumed run computes.
         """
         ckdir = self.run_dir.checkpoints_dir(arm)
-        ck = latest_checkpoint(ckdir)
+        ck = self._checkpoint(arm)
         start = ck.step if ck else 0
         if ck is not None:  # the checkpoint is the truth; a kill may have come before this write
             atomic_write_jsonl(self.run_dir.metrics_path(arm), ck.metrics)

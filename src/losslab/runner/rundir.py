@@ -17,9 +17,11 @@ Layout (every path is relative to the run directory):
     verdict.json                  decision rule applied to the paired evaluation
     report.json, report.html      the report (`losslab report RUN_DIR` rebuilds both)
     run.log                       what the run printed, plus timings
+    .lock                         flock of the process running in this directory (its pid inside)
 
 A file only appears once it is complete (`losslab.atomic`: temp file + `os.replace`), so a run
-killed at any point leaves a directory that `--resume` can continue from.
+killed at any point leaves a directory that `--resume` can continue from. The directory itself is
+built as a hidden sibling and renamed into place, so it never exists half-made.
 """
 
 from __future__ import annotations
@@ -28,13 +30,15 @@ import datetime as _dt
 import hashlib
 import json
 import os
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from losslab import __version__
-from losslab.atomic import atomic_write_bytes, atomic_write_text
+from losslab.atomic import atomic_dir, atomic_write_bytes, atomic_write_text
 from losslab.runner.errors import ResumeRefused, RunDirError
+from losslab.runner.lock import LOCK_NAME, RunDirLock, RunDirLocked, acquire
 
 MANIFEST_FORMAT = 1
 BASE_MODEL = "base_model"
@@ -110,6 +114,28 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def _remove_stale_creations(root: Path) -> None:
+    """Delete hidden half-built copies of `root` left by a creator that was killed (SIGKILL);
+    one whose lock is still held belongs to a live creator and stays."""
+    if not root.parent.is_dir():
+        return
+    for leftover in root.parent.glob(f".{root.name}.creating-*"):
+        try:
+            acquire(leftover).release()
+        except (RunDirLocked, OSError):
+            continue
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+def refuse_secrets(plan_bytes: bytes, plan_file: Path) -> None:
+    """Refuse to copy a plan that holds the value of a secret (TINKER_API_KEY) into plan.json."""
+    from losslab.plan.semantics import secret_problems
+
+    problems = secret_problems(plan_bytes.decode("utf-8", errors="replace"))
+    if problems:
+        raise RunDirError(f"{plan_file}: {problems[0][1]}")
+
+
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -127,6 +153,13 @@ class RunDir:
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
+        self.lock: RunDirLock | None = None  # held from create/open_for_resume until release()
+
+    def release(self) -> None:
+        """Free the run directory for another `losslab run` (process exit frees it too)."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
     # --- paths -------------------------------------------------------------------------------
     @property
@@ -197,13 +230,22 @@ class RunDir:
     # --- manifest ----------------------------------------------------------------------------
     def read_manifest(self) -> dict[str, Any]:
         try:
-            return read_json(self.manifest_path)
+            manifest = read_json(self.manifest_path)
         except FileNotFoundError as e:
             raise RunDirError(
                 f"{self.root} is not a losslab run directory: manifest.json is missing"
             ) from e
-        except json.JSONDecodeError as e:
-            raise RunDirError(f"{self.manifest_path} is not valid JSON ({e})") from e
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise RunDirError(f"{self.manifest_path} is damaged: not valid JSON ({e})") from e
+        if not isinstance(manifest, dict) or not isinstance(manifest.get("phases", {}), dict):
+            raise RunDirError(
+                f"{self.manifest_path} is damaged: expected an object with a 'phases' object"
+            )
+        phases = manifest.get("phases", {})
+        bad = [k for k, v in phases.items() if not isinstance(v, dict)]
+        if bad:
+            raise RunDirError(f"{self.manifest_path} is damaged: phases.{bad[0]} is not an object")
+        return manifest
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         manifest["updated_at"] = _now()
@@ -233,14 +275,46 @@ class RunDir:
         the record of a `--rehearse` run, which marks the directory as one)."""
         root = Path(root)
         if root.exists() and (not root.is_dir() or any(root.iterdir())):
+            half = root.is_dir() and not (root / "manifest.json").exists()
             raise RunDirError(
-                f"--out {root} already exists and is not empty; pass a new folder, or "
-                f"`--resume {root}` to continue a run there"
+                f"--out {root} already exists and is not empty"
+                + ("; it has no manifest.json (a run killed while creating it?)" if half else "")
+                + f"; pass a new folder, or `--resume {root}` to continue a run there"
             )
-        root.mkdir(parents=True, exist_ok=True)
-        run = cls(root)
         plan_bytes = Path(plan_file).read_bytes()
-        atomic_write_bytes(run.plan_path, plan_bytes)
+        refuse_secrets(plan_bytes, plan_file)
+        if root.is_dir():
+            root.rmdir()  # empty: replaced whole by the complete folder below
+        _remove_stale_creations(root)
+        # built in a hidden sibling and renamed into place: a kill leaves no half-made run dir.
+        # The lock is taken inside, so it is held from the first moment `root` exists.
+        try:
+            with atomic_dir(root, prefix=f".{root.name}.creating-", overwrite=False) as tmp:
+                lock = acquire(tmp)
+                try:
+                    cls(tmp)._write_new(
+                        plan_bytes, plan_file, backend=backend, force=force, rehearsal=rehearsal
+                    )
+                except BaseException:
+                    lock.release()
+                    raise
+        except FileExistsError as e:
+            raise RunDirError(f"--out {root} was created by another process meanwhile") from e
+        run = cls(root)
+        lock.root = root
+        run.lock = lock
+        return run
+
+    def _write_new(
+        self,
+        plan_bytes: bytes,
+        plan_file: Path,
+        *,
+        backend: str,
+        force: bool,
+        rehearsal: dict[str, Any] | None = None,
+    ) -> None:
+        atomic_write_bytes(self.plan_path, plan_bytes)
         manifest = {
             "format": MANIFEST_FORMAT,
             "losslab_version": __version__,
@@ -254,8 +328,7 @@ class RunDir:
         }
         if rehearsal is not None:
             manifest["rehearsal"] = rehearsal
-        run.write_manifest(manifest)
-        return run
+        self.write_manifest(manifest)
 
     @classmethod
     def open_for_resume(
@@ -273,6 +346,19 @@ class RunDir:
         if not root.is_dir():
             raise ResumeRefused(f"--resume {root}: no such directory")
         run = cls(root)
+        run.lock = acquire(root)
+        try:
+            return run._open_locked(plan_file, backend=backend, force=force, rehearsal=rehearsal)
+        except BaseException:
+            run.release()
+            raise
+
+    def _open_locked(
+        self, plan_file: Path, *, backend: str, force: bool, rehearsal: dict[str, Any] | None
+    ) -> RunDir:
+        run, root = self, self.root
+        if not run.manifest_path.exists() and run.plan_path.is_file():
+            run._complete_half_made(plan_file, backend=backend, force=force, rehearsal=rehearsal)
         manifest = run.read_manifest()
         if manifest.get("rehearsal") and rehearsal is None:
             raise ResumeRefused(
@@ -309,3 +395,24 @@ class RunDir:
         manifest["force"] = bool(manifest.get("force")) or force
         run.write_manifest(manifest)
         return run
+
+    def _complete_half_made(
+        self, plan_file: Path, *, backend: str, force: bool, rehearsal: dict[str, Any] | None
+    ) -> None:
+        """A folder with plan.json but no manifest.json (killed while being created by a losslab
+        that did not yet create run directories atomically): completed when it holds only the
+        plan copy of this very plan, else refused with what it holds."""
+        others = sorted(
+            p.name for p in self.root.iterdir() if p.name not in ("plan.json", LOCK_NAME, "run.log")
+        )
+        plan_bytes = Path(plan_file).read_bytes()
+        if others or self.plan_path.read_bytes() != plan_bytes:
+            why = (
+                f"it also holds {', '.join(others)}" if others else "its plan.json is another plan"
+            )
+            raise RunDirError(
+                f"--resume {self.root}: manifest.json is missing and {why}; it is not a run "
+                "directory losslab can continue (start a new run with --out)"
+            )
+        refuse_secrets(plan_bytes, plan_file)
+        self._write_new(plan_bytes, plan_file, backend=backend, force=force, rehearsal=rehearsal)

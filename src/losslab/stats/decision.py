@@ -172,6 +172,7 @@ class Verdict:
                 "arms": p.arms,
                 "bounds": p.bounds,
                 "margin": p.margin,
+                "test": comparison_kind(p.margin),
             },
             "estimate": p.estimate,
             "ci": p.ci,
@@ -347,7 +348,22 @@ def _statement(
         f"{checkpoints}{seed_text}; it does not cover variation across "
         f"training seeds or reruns, so it is evidence about these checkpoints, not a general "
         f"ranking of the two losses. Exact McNemar, paired-t and empirical-Bernstein analyses are "
-        f"reported alongside and do not change the verdict."
+        f"reported alongside and do not change the verdict.{_non_inferiority(result)}"
+    )
+
+
+def comparison_kind(margin: float) -> str:
+    """`non-inferiority` for a negative margin (validated = no worse than it), else `superiority`."""
+    return "non-inferiority" if margin < 0 else "superiority"
+
+
+def _non_inferiority(result: CriterionResult) -> str:
+    if result.margin >= 0:
+        return ""
+    return (
+        f" The margin is negative, so this is a non-inferiority test: 'validated' means the "
+        f"difference is above {result.margin:g} (no worse by more than {-result.margin:g}), not "
+        f"that the treatment is better."
     )
 
 

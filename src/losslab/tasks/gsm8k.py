@@ -35,23 +35,48 @@ GSM8K_FEWSHOT: list[dict[str, str]] = [
 ]
 
 
-def _read_rows(path: Path) -> list[dict[str, Any]]:
+def _read_rows(path: Path) -> list[tuple[str, Any]]:
+    """(where, row) of each data row: `file:line` for JSON lines, `file row N` for parquet."""
     if path.suffix == ".jsonl":
         rows = []
-        with path.open(encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+        try:
+            with path.open(encoding="utf-8") as f:
+                for lineno, line in enumerate(f, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        rows.append((f"{path}:{lineno}", json.loads(line)))
+                    except (json.JSONDecodeError, RecursionError) as e:
+                        raise ValueError(f"{path}:{lineno}: not valid JSON ({e})") from None
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
         return rows
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        return pq.read_table(path).to_pylist()
+        try:
+            table = pq.read_table(path).to_pylist()
+        except Exception as e:  # pyarrow raises its own types for a damaged file
+            raise ValueError(f"{path}: not a readable parquet file ({e})") from None
+        return [(f"{path} row {i + 1}", row) for i, row in enumerate(table)]
     raise ValueError(f"GSM8K data file {path} must end in .jsonl or .parquet")
+
+
+def _row_problem(row: Any) -> str | None:
+    """Why a GSM8K row is unusable, or None: an object with a non-empty string 'question' and a
+    string 'answer' holding a `#### <number>` line."""
+    if not isinstance(row, dict):
+        return f"expected an object with 'question' and 'answer', got {type(row).__name__}"
+    for key in ("question", "answer"):
+        if key not in row:
+            return f"no '{key}' field (fields: {', '.join(map(str, row)) or 'none'})"
+        if not isinstance(row[key], str) or not row[key].strip():
+            return f"'{key}' must be a non-empty string, got {row[key]!r:.60}"
+    try:
+        extract_gsm8k_answer(row["answer"])
+    except ValueError as e:
+        return str(e)
+    return None
 
 
 def _find_split_file(data: Path, split: str) -> Path:
@@ -70,6 +95,20 @@ def _find_split_file(data: Path, split: str) -> Path:
     )
 
 
+MAX_LISTED_ROW_PROBLEMS = 10
+
+
+def _raise_row_problems(split: str, located: list[tuple[str, Any]]) -> None:
+    """One ValueError listing the first bad rows, each as `file:line: why`."""
+    problems = [(w, p) for w, r in located if (p := _row_problem(r)) is not None]
+    if not problems:
+        return
+    lines = [f"  {where}: {why}" for where, why in problems[:MAX_LISTED_ROW_PROBLEMS]]
+    more = len(problems) - len(lines)
+    tail = [f"  ... and {more} more"] if more > 0 else []
+    raise ValueError("\n".join([f"GSM8K {split} data: {len(problems)} bad rows", *lines, *tail]))
+
+
 def load_gsm8k_rows(split: str, data: str | Path | None = None) -> list[dict[str, Any]]:
     """Rows of one GSM8K split: from `data` (a folder with {train,test}.jsonl|.parquet, or one
     file used for the requested split) or else from the hub / local cache through `datasets`."""
@@ -81,7 +120,9 @@ def load_gsm8k_rows(split: str, data: str | Path | None = None) -> list[dict[str
             path = _find_split_file(path, split)
         elif not path.is_file():
             raise FileNotFoundError(f"--data {path}: no such file or folder")
-        rows = _read_rows(path)
+        located = _read_rows(path)
+        _raise_row_problems(split, located)
+        rows = [row for _, row in located]
     else:
         import datasets
 
@@ -92,11 +133,11 @@ def load_gsm8k_rows(split: str, data: str | Path | None = None) -> list[dict[str
                 f"could not load openai/gsm8k ({type(e).__name__}: {e}); pass --data with a "
                 "folder holding train.jsonl and test.jsonl"
             ) from e
-    for i, row in enumerate(rows):
-        if not isinstance(row, dict) or "question" not in row or "answer" not in row:
-            raise ValueError(
-                f"GSM8K {split} row {i} needs 'question' and 'answer' fields: {row!r:.200}"
-            )
+        _raise_row_problems(
+            split, [(f"openai/gsm8k {split} row {i + 1}", r) for i, r in enumerate(rows)]
+        )
+    if not rows:
+        raise ValueError(f"GSM8K {split} split has no rows ({data or 'openai/gsm8k'})")
     return rows
 
 

@@ -1,0 +1,113 @@
+"""`losslab run --data DIR`: every malformed row is named by file and line, and a test split
+smaller than the plan's eval.n_examples is refused, before any run directory is made."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from losslab.cli import app
+from losslab.tasks import Gsm8kTask
+
+from ._tiny_plan import write_tiny_plan
+
+GOOD = {"question": "What is 2 + 2?", "answer": "2 + 2 = 4\n#### 4"}
+
+
+def _rows(n: int) -> str:
+    return "".join(json.dumps({**GOOD, "question": f"What is {i} + 2?"}) + "\n" for i in range(n))
+
+
+BAD_ROWS = {
+    "not JSON": ("{oops\n", "test.jsonl:2: not valid JSON"),
+    "a list": (
+        "[1, 2]\n",
+        "test.jsonl:2: expected an object with 'question' and 'answer', got list",
+    ),
+    "no answer": ('{"question": "q"}\n', "test.jsonl:2: no 'answer' field (fields: question)"),
+    "no ####": (
+        '{"question": "q", "answer": "4"}\n',
+        "test.jsonl:2: GSM8K answer has no '####' line",
+    ),
+    "number question": (
+        '{"question": 7, "answer": "#### 7"}\n',
+        "test.jsonl:2: 'question' must be a non-empty string",
+    ),
+    "empty question": (
+        '{"question": " ", "answer": "#### 7"}\n',
+        "test.jsonl:2: 'question' must be a non-empty string",
+    ),
+    "not UTF-8": (b"\xff\xfe\n", "test.jsonl: not UTF-8 text"),
+    "deep": ("[" * 5000 + "]" * 5000 + "\n", "test.jsonl:2: not valid JSON"),
+}
+
+
+def _data_dir(tmp_path: Path, test_tail: str | bytes = "", n_test: int = 4) -> Path:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.jsonl").write_text(_rows(16))
+    head = _rows(n_test).encode()
+    tail = test_tail if isinstance(test_tail, bytes) else test_tail.encode()
+    if tail:
+        head = _rows(1).encode()
+    (data / "test.jsonl").write_bytes(head + tail)
+    return data
+
+
+@pytest.mark.parametrize("case", sorted(BAD_ROWS))
+def test_a_malformed_row_is_named_by_file_and_line(tmp_path: Path, case: str) -> None:
+    tail, words = BAD_ROWS[case]
+    data = _data_dir(tmp_path, tail)
+    with pytest.raises(ValueError) as info:
+        Gsm8kTask(data=data)
+    assert words in str(info.value)
+
+
+def test_every_bad_row_is_listed_at_once(tmp_path: Path) -> None:
+    data = _data_dir(tmp_path, '{"question": "q"}\n[1]\n{"question": "q", "answer": "x"}\n')
+    with pytest.raises(ValueError, match="GSM8K test data: 3 bad rows") as info:
+        Gsm8kTask(data=data)
+    for line in (2, 3, 4):
+        assert f"test.jsonl:{line}: " in str(info.value)
+
+
+def _gsm8k_tiny_plan(tmp_path: Path, n_eval: int) -> Path:
+    path = write_tiny_plan(tmp_path / "plan.json", tmp_path / "no-model-needed")
+    plan = json.loads(path.read_text())
+    plan["dataset"] = {"name": "gsm8k"}
+    plan["eval"]["n_examples"] = n_eval
+    plan["engine"]["task"] = "gsm8k"
+    plan["engine"]["task_config"] = {}
+    path.write_text(json.dumps(plan))
+    return path
+
+
+def _cli(*args: str):
+    result = CliRunner().invoke(app, list(args))
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert "Traceback" not in result.output
+    return result
+
+
+def test_fewer_test_items_than_planned_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    plan = _gsm8k_tiny_plan(tmp_path, n_eval=4)
+    data = _data_dir(tmp_path, n_test=2)
+    out = tmp_path / "run"
+    r = _cli("run", str(plan), "--data", str(data), "--out", str(out), "-q")
+    assert r.exit_code == 2, r.output
+    assert f"--data {data} has 2 test items but the plan's eval.n_examples is 4" in r.output
+    assert "set eval.n_examples to 2" in r.output
+    assert not out.exists()
+
+
+def test_a_malformed_data_row_stops_the_run_naming_the_line(tmp_path: Path) -> None:
+    plan = _gsm8k_tiny_plan(tmp_path, n_eval=1)
+    data = _data_dir(tmp_path, '{"question": "q", "answer": "no marker"}\n')
+    out = tmp_path / "run"
+    r = _cli("run", str(plan), "--data", str(data), "--out", str(out), "-q")
+    assert r.exit_code == 2, r.output
+    assert f"{data / 'test.jsonl'}:2: GSM8K answer has no '####' line" in r.output
+    assert not out.exists()
