@@ -11,12 +11,15 @@ single case can be rebuilt on its own with `generate_case(function, label, seed=
 from __future__ import annotations
 
 import hashlib
+import inspect
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
+
+import losslab.objectives as objectives
 
 Tensor = torch.Tensor
 Kind = Literal["primitive", "composite"]
@@ -179,6 +182,17 @@ def format_tensor(t: Tensor) -> str:
 def format_args(args: Sequence[Any]) -> str:
     parts = [format_tensor(a) if isinstance(a, Tensor) else _format_scalar(a) for a in args]
     return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+
+
+def _call(function: str, **arguments: Any) -> Args:
+    """`arguments`, named as in `function`'s signature, as the positional tuple a `Case` carries.
+
+    Names make a builder read like the call it stands for. Keyword arguments are evaluated left to
+    right, as a tuple is, so the draw order (and every generated tensor) is the source order.
+    An argument left out keeps its default (the tuple stops before it); a wrong name raises here.
+    """
+    signature = inspect.signature(getattr(objectives, function))
+    return signature.bind(**arguments).args
 
 
 def _int_ties(d: Draw, *shape: int, levels: int = 3) -> Tensor:

@@ -8,9 +8,11 @@ import torch
 
 from losslab.conformance.input_specs._shared import (
     Args,
+    Build,
     Draw,
     EdgeCase,
     Tensor,
+    _call,
     _e,
     _spec,
 )
@@ -47,31 +49,88 @@ def _group_edges(with_scale: bool) -> list[EdgeCase]:
     ]
 
 
-def _returns_random(d: Draw) -> Args:
-    """rewards, values, next_value, gamma, lam with time on dim 0: (T,) + () or (T,B) + (B,)."""
-    t = d.int(1, 7)
-    shape: tuple[int, ...] = (t,) if d.flag() else (t, d.int(1, 3))
-    next_value = d.randn(*shape[1:])
-    gamma, lam = d.uniform(0.8, 1.0), d.uniform(0.8, 1.0)
-    return d.randn(*shape), d.randn(*shape), next_value, gamma, lam
+def _returns_random(function: str) -> Build:
+    """gae / lambda_returns (one signature), time on dim 0: (T,) + () or (T,B) + (B,)."""
+
+    def build(d: Draw) -> Args:
+        t = d.int(1, 7)
+        shape: tuple[int, ...] = (t,) if d.flag() else (t, d.int(1, 3))
+        next_value = d.randn(*shape[1:])
+        gamma, lam = d.uniform(0.8, 1.0), d.uniform(0.8, 1.0)
+        return _call(
+            function,
+            rewards=d.randn(*shape),
+            values=d.randn(*shape),
+            next_value=next_value,
+            gamma=gamma,
+            lam=lam,
+        )
+
+    return build
 
 
-def _returns_edges() -> list[EdgeCase]:
+def _returns_edges(function: str) -> list[EdgeCase]:
+    """Edge cases shared by gae / lambda_returns."""
     return [
-        EdgeCase("T=1", lambda d: (d.randn(1, 2), d.randn(1, 2), d.randn(2), 0.9, 0.95), "T=1"),
         EdgeCase(
-            "gamma=lam=1", lambda d: (d.randn(5), d.randn(5), d.randn(), 1.0, 1.0), "no discount"
+            "T=1",
+            lambda d: _call(
+                function,
+                rewards=d.randn(1, 2),
+                values=d.randn(1, 2),
+                next_value=d.randn(2),
+                gamma=0.9,
+                lam=0.95,
+            ),
+            "T=1",
         ),
-        EdgeCase("lam=0", lambda d: (d.randn(4, 2), d.randn(4, 2), d.randn(2), 0.9, 0.0), "TD(0)"),
+        EdgeCase(
+            "gamma=lam=1",
+            lambda d: _call(
+                function,
+                rewards=d.randn(5),
+                values=d.randn(5),
+                next_value=d.randn(),
+                gamma=1.0,
+                lam=1.0,
+            ),
+            "no discount",
+        ),
+        EdgeCase(
+            "lam=0",
+            lambda d: _call(
+                function,
+                rewards=d.randn(4, 2),
+                values=d.randn(4, 2),
+                next_value=d.randn(2),
+                gamma=0.9,
+                lam=0.0,
+            ),
+            "TD(0)",
+        ),
         EdgeCase(
             "scalar-next-value-2-D",
-            lambda d: (d.randn(4, 3), d.randn(4, 3), d.randn(), 0.99, 0.95),
+            lambda d: _call(
+                function,
+                rewards=d.randn(4, 3),
+                values=d.randn(4, 3),
+                next_value=d.randn(),
+                gamma=0.99,
+                lam=0.95,
+            ),
             "(T,B) input with a 0-d next_value",
             may_raise=True,
         ),
         EdgeCase(
             "T>B-layout",
-            lambda d: (d.randn(6, 2), d.randn(6, 2), d.randn(2), 0.97, 0.9),
+            lambda d: _call(
+                function,
+                rewards=d.randn(6, 2),
+                values=d.randn(6, 2),
+                next_value=d.randn(2),
+                gamma=0.97,
+                lam=0.9,
+            ),
             "(T,B) with T != B: time must run along dim 0",
         ),
     ]
@@ -116,7 +175,7 @@ _spec(
     *_group_edges(with_scale=True),
     _e("unscaled", lambda d: (d.randn(6), 3, False), "scale_by_std=False"),
 )
-_spec("gae", _returns_random, *_returns_edges())
+_spec("gae", _returns_random("gae"), *_returns_edges("gae"))
 _spec("whiten", _whiten_random, *_whiten_edges())
 
 
@@ -159,7 +218,7 @@ _spec(
     _e("constant", lambda d: (torch.full((4,), 2.0), 1e-8), "std = 0"),
 )
 _spec("group_mean_baseline", _rloo_random, *_group_edges(with_scale=False))
-_spec("lambda_returns", _returns_random, *_returns_edges())
+_spec("lambda_returns", _returns_random("lambda_returns"), *_returns_edges("lambda_returns"))
 _spec("masked_whiten", _whiten_random, *_whiten_edges())
 
 

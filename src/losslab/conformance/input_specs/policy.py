@@ -1,4 +1,4 @@
-"""Input specs for `losslab.objectives.policy`: clipped PG, value losses and the composite objectives."""
+"""Input specs for `losslab.objectives.policy`: clipped PG, value losses, composite objectives."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from losslab.conformance.input_specs._shared import (
     Build,
     Draw,
     Tensor,
+    _call,
     _e,
     _spec,
 )
@@ -27,7 +28,15 @@ def _pg_random(d: Draw, empty: bool = False) -> Args:
     old = logp + d.randn(b, t, scale=0.3)
     adv = d.randn(b, t) if d.flag() else d.randn(b, 1)  # per-token or per-sequence advantages
     mask = torch.zeros(b, t) if empty else d.mask(b, t, keep=0.7)
-    return logp, old, adv, mask, d.uniform(0.1, 0.3), d.uniform(0.1, 0.4)
+    return _call(
+        "clipped_pg_loss",
+        logp=logp,
+        old_logp=old,
+        advantages=adv,
+        mask=mask,
+        clip_low=d.uniform(0.1, 0.3),
+        clip_high=d.uniform(0.1, 0.4),
+    )
 
 
 def _grpo_args(
@@ -47,7 +56,21 @@ def _grpo_args(
     mask = torch.zeros(b, t) if empty else d.mask(b, t, keep=0.7)
     rewards = d.randn(b) if rewards is None else rewards
     beta, cl, ch = d.uniform(0.0, 0.1), d.uniform(0.1, 0.3), d.uniform(0.1, 0.4)
-    return logits, old, ref, labels, mask, rewards, g, beta, cl, ch, d.flag(), estimator
+    return _call(
+        "grpo_objective",
+        logits=logits,
+        old_logits=old,
+        ref_logits=ref,
+        labels=labels,
+        completion_mask=mask,
+        rewards=rewards,
+        group_size=g,
+        beta=beta,
+        clip_low=cl,
+        clip_high=ch,
+        scale_by_std=d.flag(),
+        kl_estimator=estimator,
+    )
 
 
 def _rloo_args(d: Draw, *, g: int, n: int, drift: float = 0.5, empty: bool = False) -> Args:
@@ -55,7 +78,17 @@ def _rloo_args(d: Draw, *, g: int, n: int, drift: float = 0.5, empty: bool = Fal
     logits, old = _policy_logits(d, b, t, v, drift)
     labels = d.labels(v, b, t)
     mask = torch.zeros(b, t) if empty else d.mask(b, t, keep=0.7)
-    return logits, old, labels, mask, d.randn(b), g, d.uniform(0.1, 0.3), d.uniform(0.1, 0.4)
+    return _call(
+        "rloo_objective",
+        logits=logits,
+        old_logits=old,
+        labels=labels,
+        mask=mask,
+        rewards=d.randn(b),
+        group_size=g,
+        clip_low=d.uniform(0.1, 0.3),
+        clip_high=d.uniform(0.1, 0.4),
+    )
 
 
 def _ppo_args(d: Draw, shape: tuple[int, ...], clips: tuple[float, float, float] | None) -> Args:
@@ -66,14 +99,36 @@ def _ppo_args(d: Draw, shape: tuple[int, ...], clips: tuple[float, float, float]
     next_value = d.randn(*shape[1:])
     gamma, lam = d.uniform(0.9, 1.0), d.uniform(0.8, 1.0)
     cl, ch, vf = clips or (d.uniform(0.1, 0.3), d.uniform(0.1, 0.4), d.uniform(0.05, 0.5))
-    return rewards, values, old_values, logp, old_logp, next_value, gamma, lam, cl, ch, vf, 0.5
+    return _call(
+        "ppo_objective",
+        rewards=rewards,
+        values=values,
+        old_values=old_values,
+        logp=logp,
+        old_logp=old_logp,
+        next_value=next_value,
+        gamma=gamma,
+        lam=lam,
+        clip_low=cl,
+        clip_high=ch,
+        vf_clip=vf,
+        vf_coef=0.5,
+    )
 
 
 def _pg_big_ratio(d: Draw) -> Args:
     logp = torch.tensor([[-0.1, -0.5, -2.0, -0.2]])
     old = torch.tensor([[-2.0, -2.5, -0.1, -0.2]])  # ratios e^1.9, e^2, e^-1.9, 1
     adv = torch.tensor([[-1.0, 1.0, -1.0, 0.5]])  # A<0 with ratio > 3: dual-clip would cap it
-    return logp, old, adv, torch.ones(1, 4), 0.2, 0.28
+    return _call(
+        "clipped_pg_loss",
+        logp=logp,
+        old_logp=old,
+        advantages=adv,
+        mask=torch.ones(1, 4),
+        clip_low=0.2,
+        clip_high=0.28,
+    )
 
 
 _spec(
@@ -83,19 +138,28 @@ _spec(
     _e("large-ratios", _pg_big_ratio, "ratio > 3 with A < 0 (dual-clip)"),
     _e(
         "on-policy",
-        lambda d: (
-            torch.full((2, 3), -1.0),
-            torch.full((2, 3), -1.0),
-            d.randn(2, 3),
-            torch.ones(2, 3),
-            0.2,
-            0.2,
+        lambda d: _call(
+            "clipped_pg_loss",
+            logp=torch.full((2, 3), -1.0),
+            old_logp=torch.full((2, 3), -1.0),
+            advantages=d.randn(2, 3),
+            mask=torch.ones(2, 3),
+            clip_low=0.2,
+            clip_high=0.2,
         ),
         "ratio exactly 1",
     ),
     _e(
         "1-D",
-        lambda d: (d.logprobs(6), d.logprobs(6), d.randn(6), d.mask(6), 0.1, 0.3),
+        lambda d: _call(
+            "clipped_pg_loss",
+            logp=d.logprobs(6),
+            old_logp=d.logprobs(6),
+            advantages=d.randn(6),
+            mask=d.mask(6),
+            clip_low=0.1,
+            clip_high=0.3,
+        ),
         "1-D tokens",
     ),
 )
@@ -104,16 +168,34 @@ _spec(
 def _value_random(d: Draw) -> Args:
     shape = d.shape(max_dims=2)
     values = d.randn(*shape)
-    return values, values + d.randn(*shape, scale=0.3), d.randn(*shape), d.uniform(0.05, 0.5)
+    return _call(
+        "value_loss",
+        values=values,
+        old_values=values + d.randn(*shape, scale=0.3),
+        returns=d.randn(*shape),
+        clip=d.uniform(0.05, 0.5),
+    )
 
 
 _spec(
     "value_loss",
     _value_random,
-    _e("clip=0", lambda d: (d.randn(5), d.randn(5), d.randn(5), 0.0), "clip = 0"),
+    _e(
+        "clip=0",
+        lambda d: _call(
+            "value_loss", values=d.randn(5), old_values=d.randn(5), returns=d.randn(5), clip=0.0
+        ),
+        "clip = 0",
+    ),
     _e(
         "large-deviation",
-        lambda d: (d.randn(6, scale=10.0), d.randn(6), d.randn(6), 0.2),
+        lambda d: _call(
+            "value_loss",
+            values=d.randn(6, scale=10.0),
+            old_values=d.randn(6),
+            returns=d.randn(6),
+            clip=0.2,
+        ),
         "values far from old_values",
     ),
 )
@@ -201,7 +283,15 @@ def _rkl_obj(
     labels = d.labels(v, b, t)
     mask = torch.zeros(b, t) if empty else d.mask(b, t, keep=0.7)
     adv = d.randn(b, t) if per_token else d.randn(b)
-    return logits, ref, labels, mask, adv, d.uniform(0.0, 0.2) if beta is None else beta
+    return _call(
+        "reverse_kl_objective",
+        logits=logits,
+        ref_logits=ref,
+        labels=labels,
+        mask=mask,
+        advantages=adv,
+        beta=d.uniform(0.0, 0.2) if beta is None else beta,
+    )
 
 
 _spec(

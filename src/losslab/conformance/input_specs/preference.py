@@ -7,6 +7,7 @@ import torch
 from losslab.conformance.input_specs._shared import (
     Args,
     Draw,
+    _call,
     _e,
     _spec,
 )
@@ -26,7 +27,19 @@ def _dpo_seq_args(d: Draw, smoothing: float | None = None, empty_rejected: bool 
     cm = d.mask(b, t, keep=0.8)
     rm = torch.zeros(b, t) if empty_rejected else d.mask(b, t, keep=0.8)
     eps = smoothing if smoothing is not None else d.choice([0.0, d.uniform(0.0, 0.3)])
-    return pc, pr, rc, rr, cl, rl, cm, rm, d.uniform(0.05, 0.5), eps
+    return _call(
+        "dpo_sequence_loss",
+        pc_logits=pc,
+        pr_logits=pr,
+        rc_logits=rc,
+        rr_logits=rr,
+        chosen_labels=cl,
+        rejected_labels=rl,
+        chosen_mask=cm,
+        rejected_mask=rm,
+        beta=d.uniform(0.05, 0.5),
+        label_smoothing=eps,
+    )
 
 
 def _dpo_random(d: Draw) -> Args:
