@@ -8,7 +8,8 @@ and writes the loss, per-sequence losses and the gradient w.r.t. current log-pro
 
 The adapter is called as `call_reference(fn, payload, spaces, rt)`: `fn` the pinned function,
 `spaces[name]` the executed namespace of the reference file (for extra roots), and `rt` the
-helpers below (`rt.pad`, `rt.Config`, `rt.call`, `rt.first`, `rt.split`).
+helpers below (`rt.pad`, `rt.Config`, `rt.call`, `rt.first`, `rt.split`, `rt.numeric`,
+`rt.padded_outputs`).
 """
 
 from __future__ import annotations
@@ -125,7 +126,33 @@ def _split(flat: Any, lengths: list[int]) -> list[list[float]]:
     return out
 
 
-RUNTIME = types.SimpleNamespace(pad=_pad, Config=_Config, call=_call, first=_first, split=_split)
+def _numeric(metrics: Any) -> dict[str, float]:
+    """A reference's own scalar metrics (its names), for the report's native-metrics column."""
+    return {k: float(v) for k, v in dict(metrics).items() if isinstance(v, (int, float))}
+
+
+def _padded_outputs(run: Any, seqs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The output of a padded-[B, T] adapter: `run(indices) -> (loss, grad_B_T, native)` on the
+    whole batch, then on each sequence alone for its per-sequence loss."""
+    loss, grad, native = run(list(range(len(seqs))))
+    per_seq = [float(run([i])[0]) for i in range(len(seqs))]
+    return {
+        "loss": float(loss),
+        "per_sequence_loss": per_seq,
+        "native_metrics": native,
+        "grad_D": [grad[i, : len(s["sampler_logprobs"])].tolist() for i, s in enumerate(seqs)],
+    }
+
+
+RUNTIME = types.SimpleNamespace(
+    pad=_pad,
+    Config=_Config,
+    call=_call,
+    first=_first,
+    split=_split,
+    numeric=_numeric,
+    padded_outputs=_padded_outputs,
+)
 
 
 def main(argv: list[str]) -> int:

@@ -151,17 +151,10 @@ def call_reference(fn: Any, payload: dict[str, Any], space: dict[str, Any], rt: 
         loss = rt.first(result)
         (grad,) = torch.autograd.grad(loss, log_prob)
         metrics = result[1] if isinstance(result, (tuple, list)) and len(result) > 1 else {}
-        native = {k: float(v) for k, v in dict(metrics).items() if isinstance(v, (int, float))}
+        native = rt.numeric(metrics)
         return loss, grad, native
 
-    loss, grad, native = run(list(range(len(seqs))))
-    per_seq = [float(run([i])[0]) for i in range(len(seqs))]
-    return {
-        "loss": float(loss),
-        "per_sequence_loss": per_seq,
-        "native_metrics": native,
-        "grad_D": [grad[i, : len(s["sampler_logprobs"])].tolist() for i, s in enumerate(seqs)],
-    }
+    return rt.padded_outputs(run, seqs)
 
 
 def _rederive(ref: Any, fixture: Any, dtype: Any) -> Any:
