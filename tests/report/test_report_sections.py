@@ -87,10 +87,22 @@ def test_errors_are_numbers_with_their_tolerance_and_result(real_preflight: dict
     assert summary is not None
     path = real_preflight["paths"][0]
     by_check = {m["check"]: m for m in summary["metrics"]}
-    assert set(by_check) == {f"{path['id']}.{name}" for name in path["checks"]}
-    for name, chk in path["checks"].items():
-        row = by_check[f"{path['id']}.{name}"]
-        assert row["max_abs_error"] == path["errors"][name]["max_abs_error"]
+    # set A's checks, then the stress fixture's (the treatment vs its reference)
+    stress = path["stress"]
+    expected = {
+        f"{path['id']}.{name}": (chk, path["errors"][name]) for name, chk in path["checks"].items()
+    }
+    expected.update(
+        {
+            f"{path['id']}.stress_{name}": (chk, stress["errors"][name])
+            for name, chk in stress["checks"].items()
+        }
+    )
+    assert stress["checks"], "the preflight checks the stress fixture"
+    assert set(by_check) == set(expected)
+    for check, (chk, err) in expected.items():
+        row = by_check[check]
+        assert row["max_abs_error"] == err["max_abs_error"]
         assert row["passed"] is chk["passed"]
         assert row["elementwise_passed"] is (chk["violations"] == 0)
     # the plan's tolerances (examples/arithmetic...json): loss atol 1e-05 rtol 1e-04; gradients

@@ -98,9 +98,20 @@ def _tolerance_text(tol: dict[str, Any]) -> str:
 
 
 def _metric_rows(path: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per check: set A's, then the stress fixture's (`stress_<check>`, the treatment
+    against its reference where the cap, the anchor and the log-ratio guard separate)."""
+    stress = path.get("stress") or {}
+    checks = {
+        **(path.get("checks") or {}),
+        **{f"stress_{k}": v for k, v in (stress.get("checks") or {}).items()},
+    }
+    errors = {
+        **(path.get("errors") or {}),
+        **{f"stress_{k}": v for k, v in (stress.get("errors") or {}).items()},
+    }
     rows = []
-    for name, chk in (path.get("checks") or {}).items():
-        err = (path.get("errors") or {}).get(name) or {}
+    for name, chk in checks.items():
+        err = errors.get(name) or {}
         tol = chk.get("tolerance") or {}
         violations = chk.get("violations")
         rows.append(
