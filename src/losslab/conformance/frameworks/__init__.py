@@ -21,7 +21,7 @@ from __future__ import annotations
 import ast
 import importlib
 import pkgutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,6 +117,16 @@ def framework_for(repo: str, function: str) -> Framework:
         f"no known reference for {repo}::{function}; losslab knows {known} "
         "(add a module to losslab/conformance/frameworks/ for another)"
     )
+
+
+def refuse_unknown_arguments(revision: Revision, known: Sequence[str], accepted: str) -> None:
+    """Raise RevisionError naming the revision's arguments outside `known`; `accepted` says in
+    words what the framework takes (ends the message)."""
+    unknown = set(revision.kwargs) - set(known)
+    if unknown:
+        raise RevisionError(
+            f"revision {revision.text!r}: unknown arguments {sorted(unknown)}; {accepted}"
+        )
 
 
 def _literal(node: ast.expr | None) -> Any:

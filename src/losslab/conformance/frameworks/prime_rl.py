@@ -14,7 +14,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from losslab.conformance.frameworks import Framework, LosslabConfig, class_defaults
+from losslab.conformance.frameworks import (
+    Framework,
+    LosslabConfig,
+    class_defaults,
+    refuse_unknown_arguments,
+)
 from losslab.plan import RevisionError
 
 REPO = "PrimeIntellect-ai/prime-rl"
@@ -31,12 +36,7 @@ def resolve(revision: Any, defaults: dict[str, Any], origin: str) -> Any:
     from losslab.conformance.references import ResolvedReference
 
     kw = dict(revision.kwargs)
-    unknown = set(kw) - set(KEYS)
-    if unknown:
-        raise RevisionError(
-            f"revision {revision.text!r}: unknown arguments {sorted(unknown)}; prime-rl "
-            f"DefaultLossConfig has {list(KEYS)}"
-        )
+    refuse_unknown_arguments(revision, KEYS, f"prime-rl DefaultLossConfig has {list(KEYS)}")
     params, notes = {}, []
     for key in KEYS:
         value = kw.get(key, defaults[key])

@@ -20,7 +20,12 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from losslab.conformance.frameworks import Framework, LosslabConfig, class_defaults
+from losslab.conformance.frameworks import (
+    Framework,
+    LosslabConfig,
+    class_defaults,
+    refuse_unknown_arguments,
+)
 from losslab.plan import RevisionError
 
 REPO = "verl-project/verl"
@@ -56,12 +61,9 @@ def resolve(revision: Any, defaults: dict[str, Any], origin: str) -> Any:
     from losslab.conformance.references import TINKER_SUM_BATCH_INFO, ResolvedReference
 
     kw = dict(revision.kwargs)
-    unknown = set(kw) - set(KEYS)
-    if unknown:
-        raise RevisionError(
-            f"revision {revision.text!r}: unknown arguments {sorted(unknown)}; verl "
-            f"{revision.function} takes the config fields {list(KEYS)}"
-        )
+    refuse_unknown_arguments(
+        revision, KEYS, f"verl {revision.function} takes the config fields {list(KEYS)}"
+    )
     if revision.clip_bounds is not None:
         raise RevisionError(
             f"revision {revision.text!r}: 'clip LO/HI' is a ratio bound; verl dppo_tv takes TV "
