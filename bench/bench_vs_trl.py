@@ -115,6 +115,7 @@ def worker_losslab(args) -> dict[str, Any]:
     from losslab.backends.local import LocalServiceClient
     from losslab.engine import ArmConfig, rl_step
     from losslab.losses import as_tinker_loss_fn, parse_loss_spec
+    from losslab.tasks.base import ChatRenderer
 
     torch.set_num_threads(args.threads)
     rss = PeakRss()
@@ -150,14 +151,12 @@ def worker_losslab(args) -> dict[str, Any]:
     fb = client.forward_backward_custom
 
     def counted_fb(data, loss_fn, **k):
-        from losslab.backends.local.logprobs import plan_microbatches
+        from losslab.backends.local.logprobs import plan_microbatches, tokens_run
 
         inputs = [d.model_input.to_ints() for d in data]
+        lengths = [len(x) for x in inputs]
         for batch in plan_microbatches(inputs, service.max_tokens_per_batch, client._share_prefix):
-            for g in batch:
-                work["train_tokens_run"] += g.shared + sum(
-                    len(inputs[i]) - g.shared for i in g.members
-                )
+            work["train_tokens_run"] += tokens_run(batch, lengths)
         work["train_rows_loss"] += sum(
             int((d.loss_fn_inputs["mask"].to_torch() > 0).sum()) for d in data
         )
@@ -170,7 +169,10 @@ def worker_losslab(args) -> dict[str, Any]:
     warm = ArmConfig(
         **{**arm.__dict__, "groups_per_batch": 1, "max_tokens": 4, "learning_rate": 1e-12}
     )
-    rl_step(client, task, problems[:1], warm, 0)
+    # the prompts exactly as TRL renders them (the tokenizer's template, its default system
+    # turn included: 53 tokens on these prompts), so both sides run the same token ids
+    renderer = ChatRenderer(client.get_tokenizer(), args.model, template_system_turn=True)
+    rl_step(client, task, problems[:1], warm, 0, renderer=renderer)
     steps = []
     for s in range(1, 1 + args.steps):
         measured = True
@@ -178,7 +180,7 @@ def worker_losslab(args) -> dict[str, Any]:
         work.update(train_tokens_run=0, train_rows_loss=0)
         rss.active = measured
         t = time.perf_counter()
-        row = rl_step(client, task, problems, arm, s)
+        row = rl_step(client, task, problems, arm, s, renderer=renderer)
         total = time.perf_counter() - t
         rss.active = False
         rec = {
@@ -196,6 +198,7 @@ def worker_losslab(args) -> dict[str, Any]:
             steps.append(rec)
     return {
         "side": "losslab",
+        "prompt_ids": [renderer.build_prompt(task.messages(p)).to_ints() for p in problems],
         "share_prefix": client._share_prefix,
         "steps": steps,
         "peak_rss_gib_measured_steps": rss.peak,
@@ -224,17 +227,14 @@ def worker_trl(args) -> dict[str, Any]:
         [{"prompt": task.messages(p), "problem_id": p.id} for p in problems]
     )
     eos = tok.convert_tokens_to_ids("<|im_end|>")
-    prompt_max = max(
-        len(
-            tok.encode(
-                tok.apply_chat_template(
-                    task.messages(p), add_generation_prompt=True, tokenize=False
-                ),
-                add_special_tokens=False,
-            )
+    prompt_ids = [
+        tok.encode(
+            tok.apply_chat_template(task.messages(p), add_generation_prompt=True, tokenize=False),
+            add_special_tokens=False,
         )
         for p in problems
-    )
+    ]
+    prompt_max = max(len(ids) for ids in prompt_ids)
 
     def reward(prompts, completions, completion_ids, problem_id, **_):
         out = []
@@ -341,6 +341,7 @@ def worker_trl(args) -> dict[str, Any]:
     trainer.train()
     return {
         "side": "trl",
+        "prompt_ids": prompt_ids,
         "trl_version": trl.__version__,
         "steps": steps,
         "peak_rss_gib_measured_steps": rss.peak,
@@ -430,10 +431,10 @@ def _roofline(side: str, steps, shape, machine) -> dict[str, Any]:
     if side == "losslab":
         tokens = statistics.median(s["train_tokens_run"] for s in steps)
         rows = statistics.median(s["train_rows_loss"] for s in steps)
-        flops = 4 * p_dec * tokens + 2 * p_emb * tokens + 4 * p_emb * rows
+        flops = 4 * p_dec * tokens + 2 * p_emb * tokens + 2 * p_emb * rows
         out["training"] = {
             "bound": "compute: 4 x decoder weights x tokens run (prefix once per group) "
-            "+ unembedding 2 x rows forward + 4 x loss rows backward",
+            "+ unembedding 2 x rows (logits) + 2 x loss rows (their Jacobian)",
             "tokens_run": tokens,
             "flops": flops,
         }
@@ -534,6 +535,9 @@ def main() -> None:
     for r in range(args.rounds):
         for side in sides if r % 2 == 0 else sides[::-1]:
             results.append(_run_worker(pythons[side], side, args, extra[side]))
+    prompts_seen = {json.dumps(r.pop("prompt_ids")) for r in results}
+    if len(prompts_seen) != 1:  # the comparison is void unless both sides run the same tokens
+        raise SystemExit("bench: losslab and TRL were given different prompt token ids")
     shape = _model_shape(_model_dir(args.model))
     res: dict[str, Any] = {
         "settings": {
@@ -547,6 +551,7 @@ def main() -> None:
             "threads": args.threads,
             "rounds": args.rounds,
             "measured_steps_per_process": args.steps,
+            "prompt_tokens": [len(ids) for ids in json.loads(prompts_seen.pop())],
             "order": [r["side"] for r in results],
         },
         "machine": {

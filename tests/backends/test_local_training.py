@@ -140,15 +140,26 @@ def test_forward_matches_plain_transformers_logprobs(service, tiny_dirs):
             assert float((o["logprobs"].to_torch() - ref).abs().max()) <= 1e-5, arch
 
 
-def test_target_logprobs_gradient_matches_full_softmax():
-    """The chunked autograd function against the plain log_softmax path, values and dL/dh."""
+@pytest.mark.parametrize("eager", ["none", "all", "mixed"])
+def test_target_logprobs_gradient_matches_full_softmax(monkeypatch, eager):
+    """The chunked autograd function against the plain log_softmax path, values and dL/dh, in
+    chunks of 8 rows, with the Jacobian formed in the forward for no rows, every row, or a
+    pattern that leaves chunks all-eager, mixed and all-lazy (rows 0-7 eager, 8-15 alternate)."""
+    from losslab.backends.local import logprobs
+
+    monkeypatch.setattr(logprobs, "CHUNK_ROWS", 8)
+    eager_M = {
+        "none": None,
+        "all": torch.ones(37, dtype=torch.bool),
+        "mixed": torch.tensor([True] * 8 + [True, False] * 4 + [False] * 21),
+    }[eager]
     g = torch.Generator().manual_seed(0)
     h = torch.randn(37, 16, generator=g, dtype=torch.float64, requires_grad=True)
     w = torch.randn(50, 16, generator=g, dtype=torch.float64)
     y = torch.randint(0, 50, (37,), generator=g)
     up = torch.randn(37, generator=g, dtype=torch.float64)
     up[::3] = 0.0  # rows without gradient are skipped in backward: their dL/dh must be 0
-    fused = target_logprobs(h, w, y)
+    fused = target_logprobs(h, w, y, eager_M)
     (grad_fused,) = torch.autograd.grad((fused * up.float()).sum(), h)
     ref = torch.log_softmax(h @ w.T, -1).gather(-1, y[:, None])[:, 0]
     (grad_ref,) = torch.autograd.grad((ref * up).sum(), h)

@@ -170,12 +170,53 @@ def test_can_share_prefix_follows_the_cache_kind(tiny_dirs, arch):
     assert can_share_prefix(causal_lm(lm)) == (arch in SHAREABLE)
 
 
-def test_length_buckets_keep_padding_under_a_quarter():
-    from losslab.backends.local.logprobs import BUCKET_RATIO, _length_buckets
+def test_pack_rows_balances_rows_and_splits_long_groups():
+    """Segments are dealt longest first to the least-filled row: the bench's four groups of
+    235/194/181/132 tokens (prefix 53) go two to a row; a group longer than a row is cut into
+    segments that each repeat its prefix; every member lands in exactly one segment."""
+    from losslab.backends.local.logprobs import _row_length, pack_rows
 
-    lengths = [32, 32, 30, 25, 24, 20, 12, 9, 9, 1]
-    buckets = _length_buckets(lengths)
-    assert [i for b in buckets for i in b] == list(range(len(lengths)))
-    assert buckets == [[0, 1, 2, 3, 4], [5], [6, 7, 8], [9]]  # 24 >= 0.75 * 32 > 20
-    for b in buckets:
-        assert min(lengths[i] for i in b) >= BUCKET_RATIO * lengths[b[0]]
+    suffixes = [[23, 22, 22, 23, 22, 23, 22, 25], [18] * 7 + [15], [16] * 8, [10] * 7 + [9]]
+    lengths, groups, at = [], [], 0
+    for sfx in suffixes:
+        groups.append(PrefixGroup(tuple(range(at, at + len(sfx))), 53))
+        lengths += [53 + n for n in sfx]
+        at += len(sfx)
+    sizes = [53 + sum(sfx) for sfx in suffixes]
+    assert sizes == [235, 194, 181, 132]
+    rows = pack_rows(groups, lengths, row_tokens=512)
+    assert sorted(sorted(_row_length(r, groups, lengths) for r in rows)) == [367, 375]
+    assert sorted(i for r in rows for seg in r.segments for i in seg.members) == list(range(at))
+    # rows of 120 tokens: group 0 is cut in member order, each segment repeating the prefix:
+    # 53+23+22+22 = 120 | 53+23+22 = 98 (+23 > 120) | 53+23+22 = 98 (+25 > 120) | 53+25
+    rows = pack_rows(groups, lengths, row_tokens=120)
+    seg0 = [seg for r in rows for seg in r.segments if seg.group == 0]
+    assert [len(seg.members) for seg in seg0] == [3, 2, 2, 1]
+    assert all(_row_length(r, groups, lengths) <= 120 for r in rows)
+
+
+@pytest.mark.parametrize("row_tokens", [12, 512])
+def test_split_and_packed_segments_keep_values_and_gradients(
+    tiny_dirs, tmp_path, monkeypatch, row_tokens
+):
+    """Rows so short that groups are cut into several segments (prefix repeated), or several
+    groups share a row: values and gradients still equal separate passes."""
+    from losslab.backends.local import logprobs
+
+    monkeypatch.setattr(logprobs, "PACKED_ROW_TOKENS", row_tokens)
+    base = str(tiny_dirs["llama"])
+    shared, separate = _client(base, True, tmp_path), _client(base, False, tmp_path)
+    data = _grpo_batch(3)
+    lengths = [len(d.model_input.to_ints()) for d in data]
+    groups = prefix_groups([d.model_input.to_ints() for d in data])
+    rows = logprobs.pack_rows([g for g in groups if g.shared], lengths)
+    segments = [seg for r in rows for seg in r.segments]
+    if row_tokens == 12:
+        assert len(segments) > len(groups)  # some group really was cut
+    else:
+        assert any(len(r.segments) > 1 for r in rows)  # some row really holds two groups
+    out_s = shared.forward_backward_custom(data, _weighted_loss).result()
+    out_u = separate.forward_backward_custom(data, _weighted_loss).result()
+    for a, b in zip(out_s.loss_fn_outputs, out_u.loss_fn_outputs, strict=True):
+        assert float((a["logprobs"].to_torch() - b["logprobs"].to_torch()).abs().max()) <= TOL
+    assert _max_rel(shared.lora_grads(), separate.lora_grads()) <= TOL

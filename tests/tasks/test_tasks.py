@@ -172,3 +172,9 @@ def test_chat_renderer_drops_a_template_default_system_turn():
     assert r.prompt_text(user) == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     system = [{"role": "system", "content": "S"}, *user]
     assert r.prompt_text(system).startswith("<|im_start|>system\nS<|im_end|>\n<|im_start|>user")
+    # template_system_turn=True renders as apply_chat_template (and TRL) do: the turn is kept
+    kept = ChatRenderer(tok, model_name="tiny", template_system_turn=True)
+    assert kept.prompt_text(user) == tok.apply_chat_template(
+        user, tokenize=False, add_generation_prompt=True
+    )
+    assert kept.prompt_text(user).startswith("<|im_start|>system\nYou are a helpful AI")

@@ -105,6 +105,10 @@ class ChatRenderer:
     tokenizer: Any
     model_name: str = ""
     stop_token_ids: list[int] = field(default_factory=list)
+    # True: keep the system turn a template writes on its own (what `apply_chat_template` and
+    # TRL's trainers render). Only to compare against such a stack token for token (the TRL
+    # bench); leave False for experiments, whose prompts then match the cookbook's.
+    template_system_turn: bool = False
 
     def __post_init__(self) -> None:
         if getattr(self.tokenizer, "chat_template", None) in (None, ""):
@@ -146,7 +150,7 @@ class ChatRenderer:
 
     def prompt_text(self, messages: list[dict[str, str]]) -> str:
         text = self._render(messages, add_generation_prompt=True)
-        injected = self._default_system_turn
+        injected = "" if self.template_system_turn else self._default_system_turn
         if injected and messages and messages[0].get("role") != "system":
             text = text.removeprefix(injected)
         return text

@@ -1,68 +1,108 @@
-"""Target-token log-probs from hidden states without materialising full-vocabulary logits.
+"""Target-token log-probs from hidden states without materialising full-vocabulary logits,
+and the packed prefix-tree forward that runs a GRPO group's shared prompt once.
 
 `log p(y_t | x_<=t) = h_t . w_{y_t} - logsumexp_v(h_t . w_v)` for the (frozen, possibly tied)
 unembedding `W` (V x H). Computed in row chunks, so peak memory is `chunk x V` instead of
-`tokens x V` (8 x 200 x 49,152 fp32 logits are 315 MB per copy on SmolLM2). The backward
-recomputes each chunk's softmax and returns only `dL/dh_t = g_t (w_{y_t} - softmax_t @ W)`,
-skipping rows whose incoming gradient is zero (prompt tokens under an RL loss). This is the
-"fused linear cross-entropy" idea (e.g. Liger-Kernel's FusedLinearCrossEntropy), written in torch.
+`tokens x V` (8 x 200 x 49,152 fp32 logits are 315 MB per copy on SmolLM2), vocabulary-major
+(`W @ h.T`, faster on CPU). Rows expected to carry gradient (completion tokens) get their
+Jacobian `w_y - softmax @ W` while the chunk's logits are live, so their backward is a scale;
+other rows (prompt positions) recompute in the backward, only where the gradient is non-zero.
+This is the "fused linear cross-entropy" idea (e.g. Liger-Kernel's FusedLinearCrossEntropy),
+written in torch.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from transformers import DynamicCache
 
 CHUNK_ROWS = 256  # 256 x 49,152 fp32 = 50 MB per logits chunk for SmolLM2 (2-3 live at once)
 
 
-def _chunk_lse_and_target(h_M_H: Tensor, w_V_H: Tensor, y_M: Tensor) -> tuple[Tensor, Tensor]:
-    lse, tgt = [], []
-    for s in range(0, h_M_H.shape[0], CHUNK_ROWS):
-        logits_C_V = h_M_H[s : s + CHUNK_ROWS] @ w_V_H.T
-        lse.append(torch.logsumexp(logits_C_V.float(), dim=-1))
-        tgt.append(logits_C_V.gather(-1, y_M[s : s + CHUNK_ROWS, None]).squeeze(-1).float())
-    if not lse:
-        empty = h_M_H.new_zeros((0,), dtype=torch.float32)
-        return empty, empty
-    return torch.cat(lse), torch.cat(tgt)
+def vocab_major_logits(w_V_H: Tensor, h_C_H: Tensor) -> Tensor:
+    return (w_V_H @ h_C_H.T).float()
+
+
+def _chunk_jacobian(probs_V_C: Tensor, w_V_H: Tensor, y_C: Tensor) -> Tensor:
+    """`d lp / d h = w_y - sum_v p_v w_v` per row, (C, H), from vocabulary-major probs."""
+    w = w_V_H.float()
+    return w[y_C] - (w.T @ probs_V_C).T
 
 
 class _TargetLogprobs(torch.autograd.Function):
+    """Forward: per chunk of rows, logits -> logsumexp and the target's logit. Rows flagged
+    `eager_M` (those almost sure to carry gradient, a completion's tokens) also get their
+    Jacobian `d lp / d h` (H floats a row) while the chunk's logits are live, so their backward
+    is one scale; the other rows (prompt positions, usually zero gradient) recompute their
+    softmax in the backward, and only where the incoming gradient is non-zero."""
+
     @staticmethod
-    def forward(ctx, h_M_H: Tensor, w_V_H: Tensor, y_M: Tensor) -> Tensor:  # type: ignore[override]
-        lse_M, tgt_M = _chunk_lse_and_target(h_M_H, w_V_H, y_M)
-        ctx.save_for_backward(h_M_H, w_V_H, y_M, lse_M)
-        return tgt_M - lse_M
+    def forward(ctx, h_M_H: Tensor, w_V_H: Tensor, y_M: Tensor, eager_M: Tensor) -> Tensor:  # type: ignore[override]
+        want_jacobian = ctx.needs_input_grad[0]
+        lse, tgt, jac = [], [], []
+        for s in range(0, h_M_H.shape[0], CHUNK_ROWS):
+            # vocabulary-major logits (V, C): `W @ h.T` runs ~25% faster than `h @ W.T` on
+            # CPU for V >> C (bench/profile_rl_step.py), and the softmax reduces over dim 0
+            logits_V_C = vocab_major_logits(w_V_H, h_M_H[s : s + CHUNK_ROWS])
+            lse_C = torch.logsumexp(logits_V_C, dim=0)
+            y_C = y_M[s : s + CHUNK_ROWS]
+            lse.append(lse_C)
+            tgt.append(logits_V_C[y_C, torch.arange(y_C.shape[0], device=y_C.device)])
+            eager_C = eager_M[s : s + CHUNK_ROWS]
+            if not want_jacobian or not bool(eager_C.any()):
+                continue
+            if bool(eager_C.all()):  # the common case: softmax in place, no copy
+                jac.append(_chunk_jacobian(logits_V_C.sub_(lse_C).exp_(), w_V_H, y_C))
+            else:
+                e = eager_C.nonzero().squeeze(-1)
+                probs_V_E = (logits_V_C[:, e] - lse_C[e]).exp_()
+                jac.append(_chunk_jacobian(probs_V_E, w_V_H, y_C[e]))
+        if not lse:
+            empty = h_M_H.new_zeros((0,), dtype=torch.float32)
+            ctx.save_for_backward(h_M_H, w_V_H, y_M, empty, eager_M, h_M_H.new_zeros((0, 0)))
+            return empty
+        lse_M = torch.cat(lse)
+        jac_E_H = torch.cat(jac) if jac else h_M_H.new_zeros((0, h_M_H.shape[1]))
+        ctx.save_for_backward(h_M_H, w_V_H, y_M, lse_M, eager_M, jac_E_H)
+        return torch.cat(tgt) - lse_M
 
     @staticmethod
     def backward(ctx, g_M: Tensor):  # type: ignore[override]
-        h_M_H, w_V_H, y_M, lse_M = ctx.saved_tensors
+        h_M_H, w_V_H, y_M, lse_M, eager_M, jac_E_H = ctx.saved_tensors
         grad_h = torch.zeros_like(h_M_H)
-        rows = torch.nonzero(g_M != 0).squeeze(-1)  # only rows that carry gradient
+        if jac_E_H.shape[0]:  # rows whose Jacobian the forward kept
+            e = eager_M.nonzero().squeeze(-1)
+            grad_h[e] = (g_M[e].to(jac_E_H.dtype)[:, None] * jac_E_H).to(grad_h.dtype)
+            lazy_M = ~eager_M
+        else:
+            lazy_M = torch.ones_like(eager_M)
+        rows = torch.nonzero((g_M != 0) & lazy_M).squeeze(-1)  # the rest: only with gradient
         for s in range(0, rows.numel(), CHUNK_ROWS):
             idx = rows[s : s + CHUNK_ROWS]
-            h_C_H = h_M_H[idx]
-            probs_C_V = torch.exp((h_C_H @ w_V_H.T).float() - lse_M[idx, None])
-            g_C = g_M[idx].to(probs_C_V.dtype)
-            # d lp / d h = w_y - sum_v p_v w_v
-            grad_C_H = w_V_H[y_M[idx]].float() - probs_C_V @ w_V_H.float()
-            grad_h[idx] = (g_C[:, None] * grad_C_H).to(grad_h.dtype)
-        return grad_h, None, None
+            probs_V_C = vocab_major_logits(w_V_H, h_M_H[idx]).sub_(lse_M[idx]).exp_()
+            g_C = g_M[idx].to(probs_V_C.dtype)
+            grad_h[idx] = (g_C[:, None] * _chunk_jacobian(probs_V_C, w_V_H, y_M[idx])).to(
+                grad_h.dtype
+            )
+        return grad_h, None, None, None
 
 
-def target_logprobs(h_M_H: Tensor, w_V_H: Tensor, y_M: Tensor) -> Tensor:
+def target_logprobs(
+    h_M_H: Tensor, w_V_H: Tensor, y_M: Tensor, eager_M: Tensor | None = None
+) -> Tensor:
     """float32 log-probs (M,) of targets `y_M` given final hidden states (M, H) and unembedding
-    (V, H). Differentiable in `h_M_H` only; a trainable `w_V_H` falls back to the plain path."""
+    (V, H). Differentiable in `h_M_H` only; a trainable `w_V_H` falls back to the plain path.
+    `eager_M` (bool, (M,)) flags the rows expected to carry gradient: their Jacobian is formed
+    in the forward (saves recomputing their logits); every other row recomputes on demand."""
     if w_V_H.requires_grad:
         logp_M_V = torch.log_softmax((h_M_H @ w_V_H.T).float(), dim=-1)
         return logp_M_V.gather(-1, y_M[:, None]).squeeze(-1)
-    return _TargetLogprobs.apply(h_M_H, w_V_H, y_M)
+    if eager_M is None:
+        eager_M = torch.zeros(y_M.shape, dtype=torch.bool, device=y_M.device)
+    return _TargetLogprobs.apply(h_M_H, w_V_H, y_M, eager_M)
 
 
 def causal_lm(model: torch.nn.Module) -> torch.nn.Module:
@@ -71,7 +111,7 @@ def causal_lm(model: torch.nn.Module) -> torch.nn.Module:
     return get_base() if callable(get_base) else model
 
 
-def _plain_unembedding(lm: torch.nn.Module) -> bool:
+def plain_unembedding(lm: torch.nn.Module) -> bool:
     """True when logits are exactly `h @ W.T` (Llama, Qwen3, ...): no bias, softcap or scale."""
     cfg = lm.config
     head = lm.get_output_embeddings()
@@ -101,7 +141,7 @@ def can_share_prefix(lm: torch.nn.Module) -> bool:
     sliding = getattr(cfg, "sliding_window", None)
     if sliding is not None and getattr(cfg, "use_sliding_window", True):
         return False
-    return all(t == "full_attention" for t in layer_types) and _plain_unembedding(lm)
+    return all(t == "full_attention" for t in layer_types) and plain_unembedding(lm)
 
 
 @dataclass(frozen=True)
@@ -151,12 +191,91 @@ def prefix_groups(inputs: Sequence[Sequence[int]], share: bool = True) -> list[P
     return groups
 
 
+PACKED_ROW_TOKENS = 512  # attention over a packed row is dense (row^2); see `pack_rows`
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Group `group`'s prefix followed by the suffixes of `members`: one prefix tree."""
+
+    group: int
+    members: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PackedRow:
+    """One packed sequence: prefix-tree segments side by side (they do not see each other)."""
+
+    segments: tuple[Segment, ...]
+
+
+def _segment_length(seg: Segment, groups: Sequence[PrefixGroup], lengths: Sequence[int]) -> int:
+    c = groups[seg.group].shared
+    return c + sum(lengths[i] - c for i in seg.members)
+
+
+def _row_length(row: PackedRow, groups: Sequence[PrefixGroup], lengths: Sequence[int]) -> int:
+    return sum(_segment_length(seg, groups, lengths) for seg in row.segments)
+
+
+def pack_rows(
+    groups: Sequence[PrefixGroup], lengths: Sequence[int], row_tokens: int | None = None
+) -> list[PackedRow]:
+    """Shared groups as prefix-tree segments `[prefix, suffix_1, suffix_2, ...]` packed into
+    rows of at most `row_tokens` tokens (more when one prefix plus one suffix is longer).
+
+    A group longer than a row is cut into segments that each repeat its prefix. Segments are
+    then dealt longest first to the least-filled row they fit in (opening a row only when none
+    fits), over as few rows as the tokens need, so rows come out near equal and the padding
+    to the longest row stays small (4 GRPO groups of 235/194/181/132 tokens: two rows of
+    ~370, 2% padding, instead of four rows padded to 235, 21%). Attention inside a row is
+    computed densely and masked, so its cost per token grows with the row: at 512 it stays
+    ~10% of the linear layers' work on SmolLM2-sized models, which see one large matrix.
+    """
+    row_tokens = PACKED_ROW_TOKENS if row_tokens is None else row_tokens
+    segments: list[Segment] = []
+    for p, g in enumerate(groups):
+        members: list[int] = []
+        used = g.shared
+        for i in g.members:
+            suffix = lengths[i] - g.shared
+            if members and used + suffix > row_tokens:
+                segments.append(Segment(p, tuple(members)))
+                members, used = [], g.shared
+            members.append(i)
+            used += suffix
+        segments.append(Segment(p, tuple(members)))
+    size = {seg: _segment_length(seg, groups, lengths) for seg in segments}
+    n_rows = max(1, -(-sum(size.values()) // row_tokens))
+    rows: list[list[Segment]] = [[] for _ in range(n_rows)]
+    load = [0] * n_rows
+    for seg in sorted(segments, key=lambda x: -size[x]):
+        fits = [r for r in range(len(rows)) if load[r] + size[seg] <= row_tokens or not rows[r]]
+        if not fits:
+            rows.append([])
+            load.append(0)
+            fits = [len(rows) - 1]
+        r = min(fits, key=lambda k: load[k])
+        rows[r].append(seg)
+        load[r] += size[seg]
+    return [PackedRow(tuple(row)) for row in rows if row]
+
+
+def tokens_run(groups: Sequence[PrefixGroup], lengths: Sequence[int]) -> int:
+    """Real (unpadded) tokens one micro-batch of `groups` runs: whole sequences for unshared
+    groups, each packed segment's prefix once plus its members' suffixes for shared ones."""
+    if groups[0].shared == 0:
+        return sum(lengths[g.members[0]] for g in groups)
+    return sum(_row_length(r, groups, lengths) for r in pack_rows(groups, lengths))
+
+
 def _padded_tokens(groups: Sequence[PrefixGroup], lengths: Sequence[int]) -> int:
-    """Padded tokens one micro-batch of `groups` runs: prefixes (P x C) + suffixes (D x L)."""
-    members = [i for g in groups for i in g.members]
-    suffix = max(lengths[i] - g.shared for g in groups for i in g.members)
-    prefix = max(g.shared for g in groups)
-    return (len(groups) * prefix if prefix else 0) + len(members) * suffix
+    """Padded tokens one micro-batch of `groups` runs: unshared rows padded to the longest;
+    shared groups as packed rows (`pack_rows`) padded to the longest row."""
+    if groups[0].shared == 0:
+        return len(groups) * max(lengths[g.members[0]] for g in groups)
+    rows = pack_rows(groups, lengths)
+    return len(rows) * max(_row_length(r, groups, lengths) for r in rows)
 
 
 def plan_microbatches(
@@ -187,14 +306,10 @@ def plan_microbatches(
 # ----------------------------------------------------------------------------- log-probs
 
 
-def _row_logprobs(lm: torch.nn.Module, h_M_H: Tensor, y_M: Tensor) -> Tensor:
-    return target_logprobs(h_M_H, lm.get_output_embeddings().weight, y_M)
-
-
-def _cache_kwarg(module: torch.nn.Module) -> str:
-    # transformers renamed `past_key_values` to `cache` (the old name is deprecated)
-    params = inspect.signature(module.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
+def _row_logprobs(
+    lm: torch.nn.Module, h_M_H: Tensor, y_M: Tensor, eager_M: Tensor | None = None
+) -> Tensor:
+    return target_logprobs(h_M_H, lm.get_output_embeddings().weight, y_M, eager_M)
 
 
 def _plain_pass(
@@ -212,7 +327,7 @@ def _plain_pass(
         tgt_B_N[b, :n] = targets[i].to(torch.long)
     ids_B_N, mask_B_N, tgt_B_N = ids_B_N.to(device), mask_B_N.to(device), tgt_B_N.to(device)
     valid_B_N = mask_B_N.bool()
-    if _plain_unembedding(lm):
+    if plain_unembedding(lm):
         hidden_B_N_H = lm.get_decoder()(input_ids=ids_B_N, attention_mask=mask_B_N)[0]
         lp_M = _row_logprobs(lm, hidden_B_N_H[valid_B_N], tgt_B_N[valid_B_N])
     else:  # unusual heads (bias, softcap): full logits, still only on real positions
@@ -222,125 +337,96 @@ def _plain_pass(
     return list(torch.split(lp_M, [len(inputs[i]) for i in idx]))
 
 
-BUCKET_RATIO = 0.75  # a suffix shorter than this fraction of its bucket's longest starts a new one
-
-
-def _length_buckets(lengths_desc: Sequence[int]) -> list[list[int]]:
-    """Indices of `lengths_desc` (sorted longest first) cut into runs whose shortest is at least
-    `BUCKET_RATIO` x their longest: padding stays under 25% for a few extra (smaller) forwards."""
-    buckets: list[list[int]] = []
-    for d, n in enumerate(lengths_desc):
-        if buckets and n >= BUCKET_RATIO * lengths_desc[buckets[-1][0]]:
-            buckets[-1].append(d)
-        else:
-            buckets.append([d])
-    return buckets
+def _packed_mask(allowed_R_N_N: Tensor, lm: torch.nn.Module, dtype: torch.dtype) -> Tensor:
+    """The 4D mask transformers takes as given (`(R, 1, N, N)`): bool for SDPA (True = attend),
+    additive 0 / min-float for the eager kernel."""
+    mask = allowed_R_N_N[:, None]
+    if getattr(lm.config, "_attn_implementation", "sdpa") == "eager":
+        return torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, torch.finfo(dtype).min)
+    return mask
 
 
 def _shared_pass(
     lm: torch.nn.Module, inputs, targets, groups: list[PrefixGroup], device: torch.device
 ) -> dict[int, Tensor]:
-    """Each group's prefix once (with gradient), its KV cache indexed out to the members, then
-    forwards over the members' own suffixes (in length buckets) attending to that cache.
+    """Every group as a prefix-tree segment `[prefix, suffix_1, ..., suffix_G]`, segments packed
+    into rows (`pack_rows`), all run in ONE forward with a block attention mask: a prefix token
+    sees its prefix causally, a suffix token sees its group's whole prefix and its own earlier
+    tokens, nothing of the other members or segments. Positions restart after the prefix
+    (`c, c+1, ...` for every member), so each token's hidden state is the one of its separate
+    pass; the prefix runs once per segment (with gradient, which autograd sums over the members
+    attending to it: the unshared gradient). No KV tensor is copied per member, and the linear
+    layers see one (rows x width) matrix.
 
-    Log-probs at prefix positions are computed once per distinct (group, position, target):
+    Log-probs at prefix positions are computed once per distinct (segment, position, target): the
     members share the hidden state there, so a prompt position costs one unembedding row per
-    group, not one per member. Autograd sums the members' gradients into the shared prefix
-    (the index/`index_select` backward is a scatter-add), which is the unshared gradient.
+    group, not one per member. Padding positions attend to themselves only (no empty softmax).
     """
-    dec = lm.get_decoder()
-    cache_kw = _cache_kwarg(dec)
-    n_groups, prefix = len(groups), max(g.shared for g in groups)
-    ids_P_C = torch.zeros((n_groups, prefix), dtype=torch.long)
-    mask_P_C = torch.zeros((n_groups, prefix), dtype=torch.long)
-    for p, g in enumerate(groups):
-        ids_P_C[p, : g.shared] = torch.as_tensor(inputs[g.members[0]][: g.shared])
-        mask_P_C[p, : g.shared] = 1
-    out = dec(
-        input_ids=ids_P_C.to(device),
-        attention_mask=mask_P_C.to(device),
-        position_ids=torch.arange(prefix, device=device)[None].expand(n_groups, -1),
-        use_cache=True,
-    )
-    hidden_PC_H = out[0].reshape(n_groups * prefix, -1)
-    cache = getattr(out, "cache", None) or out.past_key_values
-    kv = [(layer.keys, layer.values) for layer in cache.layers]
-    mask_P_C = mask_P_C.to(device)
-
-    # members longest suffix first, run in length buckets so short suffixes are not padded
-    # to the longest one; each bucket attends to its own expansion of the prefix KV
-    members = [(p, i) for p, g in enumerate(groups) for i in g.members]
-    members.sort(key=lambda m: len(inputs[m[1]]) - groups[m[0]].shared, reverse=True)
-    suffix_len = [len(inputs[i]) - groups[p].shared for p, i in members]
-    hidden_parts: list[Tensor] = []
-    suffix_offset: list[int] = []  # row of each member's first suffix position
-    rows_so_far = 0
-    for bucket in _length_buckets(suffix_len):
-        width = suffix_len[bucket[0]]
-        ids_B_L = torch.zeros((len(bucket), width), dtype=torch.long)
-        mask_B_L = torch.zeros((len(bucket), width), dtype=torch.long)
-        pos_B_L = torch.zeros((len(bucket), width), dtype=torch.long)
-        for b, d in enumerate(bucket):
-            p, i = members[d]
-            c, n = groups[p].shared, len(inputs[i])
-            ids_B_L[b, : n - c] = torch.as_tensor(inputs[i][c:])
-            mask_B_L[b, : n - c] = 1
-            pos_B_L[b] = torch.arange(c, c + width)
-            suffix_offset.append(rows_so_far + b * width)
-        group_B = torch.tensor([members[d][0] for d in bucket], device=device)
-        bucket_cache = DynamicCache(config=dec.config)
-        for layer, (k, v) in enumerate(kv):  # differentiable indexing: KV expanded to members
-            bucket_cache.update(k[group_B], v[group_B], layer)
-        out = dec(
-            input_ids=ids_B_L.to(device),
-            attention_mask=torch.cat([mask_P_C[group_B], mask_B_L.to(device)], dim=1),
-            position_ids=pos_B_L.to(device),
-            use_cache=True,
-            **{cache_kw: bucket_cache},
-        )
-        hidden_parts.append(out[0].reshape(len(bucket) * width, -1))
-        rows_so_far += len(bucket) * width
-    hidden_DL_H = torch.cat(hidden_parts)
-
-    # rows: distinct (group, prefix position, target) first, then every suffix position
-    prefix_rows: dict[tuple[int, int, int], int] = {}
-    prefix_src: list[int] = []
+    lengths = [len(x) for x in inputs]
+    rows = pack_rows(groups, lengths)
+    width = max(_row_length(r, groups, lengths) for r in rows)
+    ids_R_N = torch.zeros((len(rows), width), dtype=torch.long)
+    pos_R_N = torch.zeros((len(rows), width), dtype=torch.long)
+    allowed_R_N_N = torch.eye(width, dtype=torch.bool).repeat(len(rows), 1, 1)
+    prefix_rows: dict[tuple[int, int], int] = {}  # (flat position, target) -> lp row
+    prefix_src: list[int] = []  # flat hidden index of each distinct prefix lp row
     prefix_tgt: list[int] = []
     suffix_src: list[int] = []
     suffix_tgt: list[Tensor] = []
-    row_of: list[list[int]] = []  # each member's prefix rows
-    suffix_start: list[int] = []  # where each member's suffix rows begin
-    for d, (p, i) in enumerate(members):
-        c, n = groups[p].shared, len(inputs[i])
-        y = targets[i].to(torch.long)
-        rows = []
-        for t, y_t in enumerate(y[:c].tolist()):
-            key = (p, t, y_t)
-            if key not in prefix_rows:
-                prefix_rows[key] = len(prefix_src)
-                prefix_src.append(p * prefix + t)
-                prefix_tgt.append(y_t)
-            rows.append(prefix_rows[key])
-        suffix_start.append(len(suffix_src))
-        suffix_src.extend(suffix_offset[d] + t for t in range(n - c))
-        suffix_tgt.append(y[c:])
-        row_of.append(rows)
-    lp_prefix = _row_logprobs(
+    row_of: dict[int, list[int]] = {}  # each member's prefix lp rows
+    suffix_start: dict[int, int] = {}  # where each member's suffix lp rows begin
+    for r, row in enumerate(rows):
+        at = 0
+        for seg in row.segments:
+            c = groups[seg.group].shared
+            start = at  # the segment's prefix occupies [start, start + c)
+            ids_R_N[r, at : at + c] = torch.as_tensor(inputs[seg.members[0]][:c])
+            pos_R_N[r, at : at + c] = torch.arange(c)
+            allowed_R_N_N[r, at : at + c, at : at + c] = torch.ones((c, c), dtype=torch.bool).tril()
+            at += c
+            for i in seg.members:
+                s = lengths[i] - c
+                ids_R_N[r, at : at + s] = torch.as_tensor(inputs[i][c:])
+                pos_R_N[r, at : at + s] = torch.arange(c, c + s)
+                allowed_R_N_N[r, at : at + s, start : start + c] = True
+                allowed_R_N_N[r, at : at + s, at : at + s] = torch.ones(
+                    (s, s), dtype=torch.bool
+                ).tril()
+                y = targets[i].to(torch.long)
+                lp_rows = []
+                for t, y_t in enumerate(y[:c].tolist()):
+                    key = (r * width + start + t, y_t)
+                    if key not in prefix_rows:
+                        prefix_rows[key] = len(prefix_src)
+                        prefix_src.append(key[0])
+                        prefix_tgt.append(y_t)
+                    lp_rows.append(prefix_rows[key])
+                row_of[i] = lp_rows
+                suffix_start[i] = len(suffix_src)
+                suffix_src.extend(range(r * width + at, r * width + at + s))
+                suffix_tgt.append(y[c:])
+                at += s
+    dec = lm.get_decoder()
+    hidden_R_N_H = dec(
+        input_ids=ids_R_N.to(device),
+        attention_mask=_packed_mask(allowed_R_N_N, lm, lm.dtype).to(device),
+        position_ids=pos_R_N.to(device),
+        use_cache=False,
+    )[0]
+    hidden_RN_H = hidden_R_N_H.reshape(len(rows) * width, -1)
+    eager_M = torch.zeros(len(prefix_src) + len(suffix_src), dtype=torch.bool)
+    eager_M[len(prefix_src) :] = True  # completion tokens: the rows an RL loss weights
+    lp_all = _row_logprobs(
         lm,
-        hidden_PC_H[torch.tensor(prefix_src, dtype=torch.long, device=device)],
-        torch.tensor(prefix_tgt, dtype=torch.long, device=device),
+        hidden_RN_H[torch.tensor(prefix_src + suffix_src, dtype=torch.long, device=device)],
+        torch.cat([torch.tensor(prefix_tgt, dtype=torch.long), *suffix_tgt]).to(device),
+        eager_M.to(device),
     )
-    lp_suffix = _row_logprobs(
-        lm,
-        hidden_DL_H[torch.tensor(suffix_src, dtype=torch.long, device=device)],
-        torch.cat(suffix_tgt).to(device),
-    )
-    lp_all = torch.cat([lp_prefix, lp_suffix])
     out_lp: dict[int, Tensor] = {}
-    for rows, start, (p, i) in zip(row_of, suffix_start, members, strict=True):
-        start += len(prefix_src)
-        n_suffix = len(inputs[i]) - groups[p].shared
-        idx = torch.tensor(rows + list(range(start, start + n_suffix)), device=device)
+    for i, lp_rows in row_of.items():
+        start = len(prefix_src) + suffix_start[i]
+        n_suffix = len(inputs[i]) - len(lp_rows)
+        idx = torch.tensor(lp_rows + list(range(start, start + n_suffix)), device=device)
         out_lp[i] = lp_all[idx]
     return out_lp
 

@@ -42,16 +42,24 @@ from __future__ import annotations
 
 import inspect
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 from tinker import types
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from losslab.backends.futures import CompletedFuture, LazyFuture
-from losslab.backends.local.logprobs import sequence_logprobs
+from losslab.backends.local.logprobs import (
+    plain_unembedding,
+    sequence_logprobs,
+    vocab_major_logits,
+)
+from losslab.backends.local.memory import release_free_memory
 from losslab.backends.local.sdk_surface import SamplingClientSurface
 
 DEFAULT_MAX_TOKENS = 512
@@ -75,6 +83,134 @@ def rows_selectable(cache: Any) -> bool:
     if layers is None:  # a cache object without per-layer storage: trust its own method
         return True
     return all(callable(getattr(layer, "reorder_cache", None)) for layer in layers)
+
+
+MERGE_MIN_TOKENS = 256  # below this many planned tokens, merging costs more than it saves
+
+
+def _mergeable_lora(lm: torch.nn.Module) -> list[tuple[str, Any]] | None:
+    """`lm`'s LoRA Linears when every LoRA layer is a plain single-adapter Linear (no DoRA, no
+    LoRA bias, no fan-in-fan-out, not merged); None otherwise (fused MoE expert parameters...)."""
+    from peft.tuners.lora import Linear as LoraLinear
+    from peft.tuners.lora import LoraLayer
+
+    lora = [(n, m) for n, m in lm.named_modules() if isinstance(m, LoraLayer)]
+    for _, m in lora:
+        adapters = list(m.active_adapters)
+        if (
+            type(m) is not LoraLinear
+            or m.merged
+            or getattr(m, "fan_in_fan_out", False)
+            or len(adapters) != 1
+            or m.use_dora.get(adapters[0], False)
+            or m.lora_bias.get(adapters[0], False)
+        ):
+            return None
+    return lora or None
+
+
+@contextmanager
+def merged_lora_linears(lm: torch.nn.Module) -> Iterator[bool]:
+    """Inside the block, each LoRA Linear of `lm` is swapped for a plain Linear holding the
+    merged weight `W + scale * B @ A`, stored input-major (`weight` is the transposed view of a
+    contiguous (in, out) tensor, which `x @ weight.T` reads row by row; one `addmm` builds it);
+    the LoRA modules are put back on exit. Decoding then runs one matmul per projection instead
+    of three plus a scale and an add, on 2 CPU threads ~25% less time per step (the
+    swap costs ~0.2 s and 0.4 GB on SmolLM2-135M, freed on exit).
+
+    Only for a model no one else runs meanwhile: a sampling client's own snapshot, under its
+    lock. Yields False (nothing swapped) when the LoRA layers are of another kind. The merged
+    forward equals the LoRA forward up to float round-off (compute_logprobs to 1e-5 in tests).
+    """
+    lora = _mergeable_lora(lm)
+    if lora is None:
+        yield False
+        return
+    swapped: list[tuple[torch.nn.Module, str, torch.nn.Module]] = []
+    try:
+        with torch.no_grad():
+            for name, m in lora:
+                adapter = m.active_adapters[0]
+                base = m.base_layer
+                w_in_out = torch.addmm(
+                    base.weight.T,
+                    m.lora_A[adapter].weight.T,
+                    m.lora_B[adapter].weight.T,
+                    alpha=m.scaling[adapter],
+                )
+                linear = torch.nn.Linear(
+                    base.in_features, base.out_features, bias=False, device="meta"
+                )
+                linear.weight = torch.nn.Parameter(w_in_out.T, requires_grad=False)
+                linear.bias = base.bias
+                parent_name, _, child = name.rpartition(".")
+                parent = lm.get_submodule(parent_name) if parent_name else lm
+                setattr(parent, child, linear)
+                swapped.append((parent, child, m))
+        yield True
+    finally:
+        for parent, child, m in reversed(swapped):
+            setattr(parent, child, m)
+
+
+class GrowingKVLayer(DynamicLayer):
+    """transformers' `DynamicLayer` with spare room on the sequence axis: `keys` / `values` are
+    views into buffers of `capacity` positions, so a decode step writes its one token in place
+    instead of concatenating (copying) the layer's whole cache, which cost ~15% of a decode step
+    on SmolLM2 at batch 40. Row selection (`reorder_cache`) replaces the views by compact
+    tensors, and the next update re-buffers them."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity = int(capacity)
+        self._key_buf: torch.Tensor | None = None
+        self._value_buf: torch.Tensor | None = None
+
+    def _buffered(self) -> bool:
+        return (
+            self._key_buf is not None
+            and self._value_buf is not None
+            and self.keys.numel() > 0
+            and self.keys.data_ptr() == self._key_buf.data_ptr()
+            and self.keys.shape[0] == self._key_buf.shape[0]
+            and self.values.data_ptr() == self._value_buf.data_ptr()
+        )
+
+    def update(self, key_states, value_states, *args, **kwargs):  # type: ignore[override]
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        n = self.get_seq_length()
+        end = n + key_states.shape[-2]
+        if not self._buffered() or end > self._key_buf.shape[-2]:  # type: ignore[union-attr]
+            room = max(self.capacity, end)
+            b, h, _, d = key_states.shape
+            self._key_buf = key_states.new_empty((b, h, room, d))
+            self._value_buf = value_states.new_empty((b, h, room, value_states.shape[-1]))
+            if n:
+                self._key_buf[:, :, :n] = self.keys
+                self._value_buf[:, :, :n] = self.values
+        self._key_buf[:, :, n:end] = key_states  # type: ignore[index]
+        self._value_buf[:, :, n:end] = value_states  # type: ignore[index]
+        self.keys = self._key_buf[:, :, :end]  # type: ignore[index]
+        self.values = self._value_buf[:, :, :end]  # type: ignore[index]
+        return self.keys, self.values
+
+
+def decode_cache(lm: torch.nn.Module, capacity: int) -> Any:
+    """A `DynamicCache` for `lm` whose plain full-attention layers are `GrowingKVLayer`s of
+    `capacity` positions (other layer kinds, sliding-window or linear-attention, as
+    transformers builds them); None (the model builds its own) when the cache has no layers."""
+    try:
+        cache = DynamicCache(config=lm.config)
+    except Exception:  # a config this transformers cannot build a cache from
+        return None
+    layers = getattr(cache, "layers", None)
+    if not layers:
+        return None
+    for i, layer in enumerate(layers):
+        if type(layer) is DynamicLayer:
+            layers[i] = GrowingKVLayer(capacity)
+    return cache
 
 
 @dataclass
@@ -134,6 +270,9 @@ class LocalSamplingClient(SamplingClientSurface):
         self._eos_ids = self._find_eos_ids()
         forward_params = inspect.signature(self._lm.forward).parameters
         self._cache_kwarg = "cache" if "cache" in forward_params else "past_key_values"
+        self._plain_head = plain_unembedding(self._lm) and callable(
+            getattr(self._lm, "get_decoder", None)
+        )
 
     def __repr__(self) -> str:
         return f"LocalSamplingClient({self._label!r}, base_model={self._base_model!r})"
@@ -268,6 +407,7 @@ class LocalSamplingClient(SamplingClientSurface):
                 raise
             for req, resp in zip(batch, responses, strict=True):
                 req.future.set_result(resp)
+            release_free_memory()  # merged weights, caches and logits: back to the OS
 
     def _rows_for(self, b: int, req: _Request) -> list[_Row]:
         p = req.params
@@ -309,7 +449,8 @@ class LocalSamplingClient(SamplingClientSurface):
         rows: list[_Row] = []
         for b, req in enumerate(batch):
             rows.extend(self._rows_for(b, req))
-        with torch.no_grad():
+        merge = sum(r.max_tokens for r in rows) >= MERGE_MIN_TOKENS
+        with torch.no_grad(), merged_lora_linears(self._lm) if merge else nullcontext():
             for s in range(0, len(rows), self._max_batch_rows):
                 self._generate(rows[s : s + self._max_batch_rows])
         responses = []
@@ -332,18 +473,20 @@ class LocalSamplingClient(SamplingClientSurface):
 
     def _forward(self, ids, mask, pos, cache):
         # transformers renamed `past_key_values` to `cache` (deprecated name kept until 5.40)
-        out = self._lm(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=pos,
-            use_cache=True,
-            logits_to_keep=1,
-            **{self._cache_kwarg: cache},
-        )
+        kwargs = dict(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+        kwargs[self._cache_kwarg] = cache
+        if self._plain_head:  # logits = h W^T, formed vocabulary-major (faster on CPU)
+            out = self._lm.get_decoder()(**kwargs)
+            logits_A_V = vocab_major_logits(
+                self._lm.get_output_embeddings().weight, out[0][:, -1, :]
+            ).T
+        else:
+            out = self._lm(**kwargs, logits_to_keep=1)
+            logits_A_V = out.logits[:, -1, :]
         new_cache = getattr(out, "cache", None)
         if new_cache is None:
             new_cache = out.past_key_values
-        return out.logits[:, -1, :], new_cache
+        return logits_A_V, new_cache
 
     def _generate(self, rows: list[_Row]) -> None:
         """Decode `rows` in place: prefill each distinct prompt once, repeat its cache rows,
@@ -361,13 +504,18 @@ class LocalSamplingClient(SamplingClientSurface):
         pos_P_L = (mask_P_L.cumsum(-1) - 1).clamp(min=0)
         sel = torch.tensor([prompts[r.prompt] for r in rows], device=dev)
         ids_P_L, mask_P_L, pos_P_L = ids_P_L.to(dev), mask_P_L.to(dev), pos_P_L.to(dev)
-        logits_P_V, cache = self._forward(ids_P_L, mask_P_L, pos_P_L, None)
+        capacity = longest + max(r.max_tokens for r in rows)
+        logits_P_V, cache = self._forward(
+            ids_P_L, mask_P_L, pos_P_L, decode_cache(self._lm, capacity)
+        )
         selectable = rows_selectable(cache)
         if selectable:  # the group's prompt was prefilled once; repeat its cache rows
             cache.reorder_cache(sel)
         elif len(prompts) != len(rows):  # no row surgery: prefill every row's own copy
             ids_P_L, mask_P_L, pos_P_L = ids_P_L[sel], mask_P_L[sel], pos_P_L[sel]
-            logits_P_V, cache = self._forward(ids_P_L, mask_P_L, pos_P_L, None)
+            logits_P_V, cache = self._forward(
+                ids_P_L, mask_P_L, pos_P_L, decode_cache(self._lm, capacity)
+            )
             sel = torch.arange(len(rows), device=dev)
         logits_A_V = logits_P_V[sel]
         mask_A_L = mask_P_L[sel]

@@ -52,6 +52,7 @@ from losslab.backends.local.logprobs import (
     plan_microbatches,
     sequence_logprobs,
 )
+from losslab.backends.local.memory import release_free_memory
 from losslab.backends.local.models import clone_sharing_weights
 from losslab.backends.local.sdk_surface import TrainingClientSurface, handle_as_callable
 from losslab.losses.tinker_adapter import CustomLossFn
@@ -347,6 +348,7 @@ class LocalTrainingClient(TrainingClientSurface):
                     total += float(loss.detach())
                     for i, lp in zip(idx, lp_D, strict=True):
                         lp_all[i] = lp
+                release_free_memory()
             return types.ForwardBackwardOutput(
                 loss_fn_output_type=loss_fn,
                 loss_fn_outputs=self._outputs(lp_all),
@@ -410,6 +412,7 @@ class LocalTrainingClient(TrainingClientSurface):
                         torch.autograd.backward(lp_chunk, g_chunk)
                 metrics = {str(k): float(v) for k, v in dict(user_metrics or {}).items()}
                 metrics["loss:sum"] = float(loss.detach().sum())
+                release_free_memory()  # the pass's activations: back to the OS
             return types.ForwardBackwardOutput(
                 loss_fn_output_type="custom",
                 loss_fn_outputs=self._outputs(lp_D),
