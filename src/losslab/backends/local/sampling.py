@@ -17,6 +17,11 @@ A cache that offers no `reorder_cache` on every layer takes the plain path inste
 prefilled with its own copy of the prompt and no row is dropped (finished rows keep decoding,
 their tokens discarded), which is correct for any cache, just slower.
 
+Speed. A generation of at least `MERGE_MIN_TOKENS` planned tokens decodes with the LoRA
+weights merged into plain Linears (`merged_lora_linears`, swapped back afterwards), full-
+attention cache layers grow in place (`GrowingKVLayer`), logits are formed vocabulary-major,
+and the freed memory is returned to the OS after each flush (`memory.release_free_memory`).
+
 Seeds. Every sequence has its own `torch.Generator`, so batching does not change which random
 numbers it sees: sample j of a request with `SamplingParams.seed = s` uses
 `SeedSequence([s, j])`; with `seed=None` it uses `SeedSequence([client_seed, k, j])`, where k
