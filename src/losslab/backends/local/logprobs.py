@@ -73,13 +73,11 @@ class _TargetLogprobs(torch.autograd.Function):
     def backward(ctx, g_M: Tensor):  # type: ignore[override]
         h_M_H, w_V_H, y_M, lse_M, eager_M, jac_E_H = ctx.saved_tensors
         grad_h = torch.zeros_like(h_M_H)
-        if jac_E_H.shape[0]:  # rows whose Jacobian the forward kept
-            e = eager_M.nonzero().squeeze(-1)
+        # backward runs only when the forward wanted the Jacobian, so every eager row has one
+        e = eager_M.nonzero().squeeze(-1)
+        if e.numel():
             grad_h[e] = (g_M[e].to(jac_E_H.dtype)[:, None] * jac_E_H).to(grad_h.dtype)
-            lazy_M = ~eager_M
-        else:
-            lazy_M = torch.ones_like(eager_M)
-        rows = torch.nonzero((g_M != 0) & lazy_M).squeeze(-1)  # the rest: only with gradient
+        rows = torch.nonzero((g_M != 0) & ~eager_M).squeeze(-1)  # the rest: only with gradient
         for s in range(0, rows.numel(), CHUNK_ROWS):
             idx = rows[s : s + CHUNK_ROWS]
             probs_V_C = vocab_major_logits(w_V_H, h_M_H[idx]).sub_(lse_M[idx]).exp_()
