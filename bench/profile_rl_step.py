@@ -30,6 +30,7 @@ from losslab.backends.local import LocalServiceClient
 from losslab.engine import ArmConfig, rl_step
 from losslab.losses import as_tinker_loss_fn, parse_loss_spec
 from losslab.tasks import batch_for_step, make_task
+from losslab.tasks.base import ChatRenderer
 
 GRPO_CLIP = "ppo(clip_low_threshold=0.8, clip_high_threshold=1.2)"
 
@@ -137,6 +138,8 @@ def main() -> None:
         updates_per_batch=2,
     )
     _wrap_phases(client, rss)
+    # the bench's prompts: the tokenizer's template with its default system turn (53 tokens)
+    renderer = ChatRenderer(client.get_tokenizer(), "smollm2-135m", template_system_turn=True)
     rows, table = [], ""
     for step in range(args.steps):
         problems = batch_for_step(task.train, step, arm.groups_per_batch)
@@ -145,10 +148,10 @@ def main() -> None:
             with torch.profiler.profile(
                 activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True
             ) as prof:
-                row = rl_step(client, task, problems, arm, step)
+                row = rl_step(client, task, problems, arm, step, renderer=renderer)
             table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
         else:
-            row = rl_step(client, task, problems, arm, step)
+            row = rl_step(client, task, problems, arm, step, renderer=renderer)
         rows.append({k: v for k, v in row.items() if k.startswith(("time/", "tokens/"))})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     rss.stop()

@@ -14,10 +14,14 @@ written in torch.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+from losslab.backends.local.fused import fused_training_modules
+from losslab.backends.local.tree_attention import build_tree_layout, tree_attention
 
 CHUNK_ROWS = 256  # 256 x 49,152 fp32 = 50 MB per logits chunk for SmolLM2 (2-3 live at once)
 
@@ -335,37 +339,29 @@ def _plain_pass(
     return list(torch.split(lp_M, [len(inputs[i]) for i in idx]))
 
 
-def _packed_mask(allowed_R_N_N: Tensor, lm: torch.nn.Module, dtype: torch.dtype) -> Tensor:
-    """The 4D mask transformers takes as given (`(R, 1, N, N)`): bool for SDPA (True = attend),
-    additive 0 / min-float for the eager kernel."""
-    mask = allowed_R_N_N[:, None]
-    if getattr(lm.config, "_attn_implementation", "sdpa") == "eager":
-        return torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, torch.finfo(dtype).min)
-    return mask
-
-
 def _shared_pass(
     lm: torch.nn.Module, inputs, targets, groups: list[PrefixGroup], device: torch.device
 ) -> dict[int, Tensor]:
     """Every group as a prefix-tree segment `[prefix, suffix_1, ..., suffix_G]`, segments packed
-    into rows (`pack_rows`), all run in ONE forward with a block attention mask: a prefix token
-    sees its prefix causally, a suffix token sees its group's whole prefix and its own earlier
-    tokens, nothing of the other members or segments. Positions restart after the prefix
-    (`c, c+1, ...` for every member), so each token's hidden state is the one of its separate
-    pass; the prefix runs once per segment (with gradient, which autograd sums over the members
-    attending to it: the unshared gradient). No KV tensor is copied per member, and the linear
-    layers see one (rows x width) matrix.
+    into rows (`pack_rows`), all run in ONE forward: the linear layers see one (rows x width)
+    matrix, and attention (`tree_attention.prefix_tree_attention`) lets a prefix token see its
+    prefix causally and a suffix token its group's whole prefix and its own earlier tokens,
+    nothing of the other members or segments, computing only those blocks. Positions restart
+    after the prefix (`c, c+1, ...` for every member), so each token's hidden state is the one
+    of its separate pass; the prefix runs once per segment (with gradient, which autograd sums
+    over the members attending to it: the unshared gradient).
 
     Log-probs at prefix positions are computed once per distinct (segment, position, target): the
     members share the hidden state there, so a prompt position costs one unembedding row per
-    group, not one per member. Padding positions attend to themselves only (no empty softmax).
+    group, not one per member. Row padding is attended by no one and read by no one.
     """
     lengths = [len(x) for x in inputs]
     rows = pack_rows(groups, lengths)
     width = max(_row_length(r, groups, lengths) for r in rows)
     ids_R_N = torch.zeros((len(rows), width), dtype=torch.long)
     pos_R_N = torch.zeros((len(rows), width), dtype=torch.long)
-    allowed_R_N_N = torch.eye(width, dtype=torch.bool).repeat(len(rows), 1, 1)
+    prefixes: list[range] = []  # flat positions of each segment's prefix
+    suffixes: list[tuple[range, int]] = []  # flat positions of each member's suffix, segment
     prefix_rows: dict[tuple[int, int], int] = {}  # (flat position, target) -> lp row
     prefix_src: list[int] = []  # flat hidden index of each distinct prefix lp row
     prefix_tgt: list[int] = []
@@ -380,16 +376,13 @@ def _shared_pass(
             start = at  # the segment's prefix occupies [start, start + c)
             ids_R_N[r, at : at + c] = torch.as_tensor(inputs[seg.members[0]][:c])
             pos_R_N[r, at : at + c] = torch.arange(c)
-            allowed_R_N_N[r, at : at + c, at : at + c] = torch.ones((c, c), dtype=torch.bool).tril()
+            prefixes.append(range(r * width + at, r * width + at + c))
             at += c
             for i in seg.members:
                 s = lengths[i] - c
                 ids_R_N[r, at : at + s] = torch.as_tensor(inputs[i][c:])
                 pos_R_N[r, at : at + s] = torch.arange(c, c + s)
-                allowed_R_N_N[r, at : at + s, start : start + c] = True
-                allowed_R_N_N[r, at : at + s, at : at + s] = torch.ones(
-                    (s, s), dtype=torch.bool
-                ).tril()
+                suffixes.append((range(r * width + at, r * width + at + s), len(prefixes) - 1))
                 y = targets[i].to(torch.long)
                 lp_rows = []
                 for t, y_t in enumerate(y[:c].tolist()):
@@ -404,13 +397,14 @@ def _shared_pass(
                 suffix_src.extend(range(r * width + at, r * width + at + s))
                 suffix_tgt.append(y[c:])
                 at += s
-    dec = lm.get_decoder()
-    hidden_R_N_H = dec(
-        input_ids=ids_R_N.to(device),
-        attention_mask=_packed_mask(allowed_R_N_N, lm, lm.dtype).to(device),
-        position_ids=pos_R_N.to(device),
-        use_cache=False,
-    )[0]
+    layout = build_tree_layout(prefixes, suffixes, len(rows) * width, device)
+    with tree_attention(lm):
+        hidden_R_N_H = lm.get_decoder()(
+            input_ids=ids_R_N.to(device),
+            position_ids=pos_R_N.to(device),
+            use_cache=False,
+            prefix_tree=layout,
+        )[0]
     hidden_RN_H = hidden_R_N_H.reshape(len(rows) * width, -1)
     eager_M = torch.zeros(len(prefix_src) + len(suffix_src), dtype=torch.bool)
     eager_M[len(prefix_src) :] = True  # completion tokens: the rows an RL loss weights
@@ -437,6 +431,7 @@ def sequence_logprobs(
     device: torch.device,
     max_tokens_per_batch: int = 8192,
     share_prefix: bool = True,
+    fuse: bool = True,
 ) -> list[Tensor]:
     """Per-sequence float32 log-probs `log p(targets[i][t] | inputs[i][:t+1])` (shape (N_i,)).
 
@@ -444,17 +439,21 @@ def sequence_logprobs(
     holds for the model and `share_prefix` is True), bucketed by length and packed into
     micro-batches of at most `max_tokens_per_batch` padded tokens (`plan_microbatches`). The
     unembedding runs only on real positions, once per group at shared prefix positions.
-    Gradient flows when grad mode is on and equals that of one pass per sequence.
+    Gradient flows when grad mode is on and equals that of one pass per sequence. With `fuse`,
+    LoRA projections and SiLU gated MLPs run fused (`fused.fused_training_modules`: the same
+    values and gradients, half the MLP activation memory).
     """
     lm = causal_lm(model)
     share = share_prefix and can_share_prefix(lm)
     out: list[Tensor] = [torch.empty(0)] * len(inputs)
-    for batch in plan_microbatches(inputs, max_tokens_per_batch, share):
-        if batch[0].shared:
-            for i, lp in _shared_pass(lm, inputs, targets, batch, device).items():
-                out[i] = lp
-        else:
-            idx = [g.members[0] for g in batch]
-            for i, lp in zip(idx, _plain_pass(lm, inputs, targets, idx, device), strict=True):
-                out[i] = lp
+    with fused_training_modules(lm) if fuse else nullcontext():
+        for batch in plan_microbatches(inputs, max_tokens_per_batch, share):
+            if batch[0].shared:
+                for i, lp in _shared_pass(lm, inputs, targets, batch, device).items():
+                    out[i] = lp
+            else:
+                idx = [g.members[0] for g in batch]
+                lp_B = _plain_pass(lm, inputs, targets, idx, device)
+                for i, lp in zip(idx, lp_B, strict=True):
+                    out[i] = lp
     return out

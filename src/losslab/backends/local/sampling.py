@@ -59,6 +59,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from losslab.backends.futures import CompletedFuture, LazyFuture
+from losslab.backends.local.fused import plain_lora_layers
 from losslab.backends.local.logprobs import (
     plain_unembedding,
     sequence_logprobs,
@@ -93,27 +94,6 @@ def rows_selectable(cache: Any) -> bool:
 MERGE_MIN_TOKENS = 256  # below this many planned tokens, merging costs more than it saves
 
 
-def _mergeable_lora(lm: torch.nn.Module) -> list[tuple[str, Any]] | None:
-    """`lm`'s LoRA Linears when every LoRA layer is a plain single-adapter Linear (no DoRA, no
-    LoRA bias, no fan-in-fan-out, not merged); None otherwise (fused MoE expert parameters...)."""
-    from peft.tuners.lora import Linear as LoraLinear
-    from peft.tuners.lora import LoraLayer
-
-    lora = [(n, m) for n, m in lm.named_modules() if isinstance(m, LoraLayer)]
-    for _, m in lora:
-        adapters = list(m.active_adapters)
-        if (
-            type(m) is not LoraLinear
-            or m.merged
-            or getattr(m, "fan_in_fan_out", False)
-            or len(adapters) != 1
-            or m.use_dora.get(adapters[0], False)
-            or m.lora_bias.get(adapters[0], False)
-        ):
-            return None
-    return lora or None
-
-
 @contextmanager
 def merged_lora_linears(lm: torch.nn.Module) -> Iterator[bool]:
     """Inside the block, each LoRA Linear of `lm` is swapped for a plain Linear holding the
@@ -127,7 +107,7 @@ def merged_lora_linears(lm: torch.nn.Module) -> Iterator[bool]:
     lock. Yields False (nothing swapped) when the LoRA layers are of another kind. The merged
     forward equals the LoRA forward up to float round-off (compute_logprobs to 1e-5 in tests).
     """
-    lora = _mergeable_lora(lm)
+    lora = plain_lora_layers(lm)
     if lora is None:
         yield False
         return
