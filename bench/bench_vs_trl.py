@@ -151,12 +151,11 @@ def worker_losslab(args) -> dict[str, Any]:
     fb = client.forward_backward_custom
 
     def counted_fb(data, loss_fn, **k):
-        from losslab.backends.local.logprobs import plan_microbatches, tokens_run
+        from losslab.backends.local.logprobs import plan_microbatches
 
         inputs = [d.model_input.to_ints() for d in data]
-        lengths = [len(x) for x in inputs]
-        for batch in plan_microbatches(inputs, service.max_tokens_per_batch, client._share_prefix):
-            work["train_tokens_run"] += tokens_run(batch, lengths)
+        for mb in plan_microbatches(inputs, service.max_tokens_per_batch, client._share_prefix):
+            work["train_tokens_run"] += mb.tokens
         work["train_rows_loss"] += sum(
             int((d.loss_fn_inputs["mask"].to_torch() > 0).sum()) for d in data
         )

@@ -15,11 +15,10 @@ from tinker import types
 
 from losslab.backends.local import LocalServiceClient, tiny
 from losslab.backends.local.logprobs import (
-    PrefixGroup,
+    MicroBatch,
     can_share_prefix,
     causal_lm,
     plan_microbatches,
-    prefix_groups,
 )
 
 ARCHS = tiny.TINY_ARCHS
@@ -130,36 +129,38 @@ def test_sampler_logprobs_equal_shared_training_logprobs(tiny_dirs, tmp_path):
         assert float((torch.tensor(lp) - o["logprobs"].to_torch()).abs().max()) <= TOL
 
 
-def test_prefix_groups_find_the_prompt_groups_not_the_common_header():
+def test_plan_runs_each_shared_leading_run_once():
+    """Trie tokens, counted by hand: a header common to two prompts, each prompt's group."""
     header = [1, 2, 3, 4]
     a, b = header + [10, 11, 12, 13, 14, 15], header + [20, 21, 22, 23, 24, 25]
     inputs = [a + [5, 6], a + [5, 7, 8], a + [9], b + [5], b + [6, 6], [7, 7, 7]]
-    groups = prefix_groups(inputs)
-    assert sorted(groups, key=lambda g: min(g.members)) == [
-        PrefixGroup((0, 1, 2), len(a)),  # the prompt plus nothing of the completions
-        PrefixGroup((3, 4), len(b)),
-        PrefixGroup((5,), 0),  # alone: runs unshared
-    ]
-    # a member keeps at least one token of its own
-    assert prefix_groups([[1, 2, 3], [1, 2, 3]]) == [PrefixGroup((0, 1), 2)]
-    assert prefix_groups(inputs, share=False) == [PrefixGroup((i,), 0) for i in range(6)]
+    (mb,) = plan_microbatches(inputs, max_tokens_per_batch=1000)
+    assert mb.packed and sorted(mb.members) == list(range(6))
+    # header 4; a's rest 6, its completions [5, 6], then [7, 8] after the shared [5], then [9]:
+    # 2 + 2 + 1; b's rest 6, its completions 1 + 2; the unrelated [7, 7, 7] 3
+    assert mb.tokens == 4 + 6 + (2 + 2 + 1) + 6 + (1 + 2) + 3
+    # a sorted order puts each sequence after the one it shares most with
+    assert [inputs[i] for i in mb.members] == sorted(inputs)
 
 
-def test_plan_microbatches_respects_the_budget_and_buckets_by_length():
+def test_plan_microbatches_respects_the_budget():
     prompt = list(range(100, 150))
     inputs = [prompt + [k] * n for k, n in enumerate((3, 30, 4, 31))]
-    inputs += [[7] * 40, [8] * 5, [9] * 41]  # singletons
-    plan = plan_microbatches(inputs, max_tokens_per_batch=200)
-    kinds = [{g.shared == 0 for g in batch} for batch in plan]
-    assert all(len(k) == 1 for k in kinds)  # shared and unshared never mixed
-    flat = sorted(i for batch in plan for g in batch for i in g.members)
-    assert flat == list(range(len(inputs)))
-    unshared = [g.members[0] for batch in plan for g in batch if g.shared == 0]
-    assert unshared == [6, 4, 5]  # longest first
-    for batch in plan:
-        members = [i for g in batch for i in g.members]
-        if len(batch) > 1:
-            assert len(batch) * max(len(inputs[i]) for i in members) <= 200
+    inputs += [[7] * 40, [8] * 5, [9] * 41]
+    plan = plan_microbatches(inputs, max_tokens_per_batch=120)
+    assert sorted(i for mb in plan for i in mb.members) == list(range(len(inputs)))
+    assert all(mb.tokens <= 120 for mb in plan)
+    # lexicographic order: the three unrelated sequences first (40 + 5 + 41 = 86; the group's
+    # first member would overflow), then the prompt's group, 50 + 3 + 30 + 4 + 31 = 118
+    assert plan == [MicroBatch((4, 5, 6), True, 86), MicroBatch((0, 1, 2, 3), True, 118)]
+    # unshared (families that cannot pack): padded rows, longest first (81, 80 | 54, 53, 41 |
+    # 40, 5), each batch's rows x its longest row within 200
+    plain = plan_microbatches(inputs, max_tokens_per_batch=200, share=False)
+    assert plain == [
+        MicroBatch((3, 1), False, 2 * 81),
+        MicroBatch((2, 0, 6), False, 3 * 54),
+        MicroBatch((4, 5), False, 2 * 40),
+    ]
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -170,53 +171,41 @@ def test_can_share_prefix_follows_the_cache_kind(tiny_dirs, arch):
     assert can_share_prefix(causal_lm(lm)) == (arch in SHAREABLE)
 
 
-def test_pack_rows_balances_rows_and_splits_long_groups():
-    """Segments are dealt longest first to the least-filled row: the bench's four groups of
-    235/194/181/132 tokens (prefix 53) go two to a row; a group longer than a row is cut into
-    segments that each repeat its prefix; every member lands in exactly one segment."""
-    from losslab.backends.local.logprobs import _row_length, pack_rows
-
-    suffixes = [[23, 22, 22, 23, 22, 23, 22, 25], [18] * 7 + [15], [16] * 8, [10] * 7 + [9]]
-    lengths, groups, at = [], [], 0
-    for sfx in suffixes:
-        groups.append(PrefixGroup(tuple(range(at, at + len(sfx))), 53))
-        lengths += [53 + n for n in sfx]
-        at += len(sfx)
-    sizes = [53 + sum(sfx) for sfx in suffixes]
-    assert sizes == [235, 194, 181, 132]
-    rows = pack_rows(groups, lengths, row_tokens=512)
-    assert sorted(sorted(_row_length(r, groups, lengths) for r in rows)) == [367, 375]
-    assert sorted(i for r in rows for seg in r.segments for i in seg.members) == list(range(at))
-    # rows of 120 tokens: group 0 is cut in member order, each segment repeating the prefix:
-    # 53+23+22+22 = 120 | 53+23+22 = 98 (+23 > 120) | 53+23+22 = 98 (+25 > 120) | 53+25
-    rows = pack_rows(groups, lengths, row_tokens=120)
-    seg0 = [seg for r in rows for seg in r.segments if seg.group == 0]
-    assert [len(seg.members) for seg in seg0] == [3, 2, 2, 1]
-    assert all(_row_length(r, groups, lengths) <= 120 for r in rows)
-
-
-@pytest.mark.parametrize("row_tokens", [12, 512])
-def test_split_and_packed_segments_keep_values_and_gradients(
-    tiny_dirs, tmp_path, monkeypatch, row_tokens
-):
-    """Rows so short that groups are cut into several segments (prefix repeated), or several
-    groups share a row: values and gradients still equal separate passes."""
-    from losslab.backends.local import logprobs
-
-    monkeypatch.setattr(logprobs, "PACKED_ROW_TOKENS", row_tokens)
+@pytest.mark.parametrize("budget", [8192, 60])
+def test_nested_and_split_tries_keep_values_and_gradients(tiny_dirs, tmp_path, budget):
+    """Prompts that share a header (a trie three levels deep), and a budget so small that
+    groups are split across micro-batches (two-phase form): values and gradients still equal
+    separate passes."""
     base = str(tiny_dirs["llama"])
     shared, separate = _client(base, True, tmp_path), _client(base, False, tmp_path)
-    data = _grpo_batch(3)
-    lengths = [len(d.model_input.to_ints()) for d in data]
-    groups = prefix_groups([d.model_input.to_ints() for d in data])
-    rows = logprobs.pack_rows([g for g in groups if g.shared], lengths)
-    segments = [seg for r in rows for seg in r.segments]
-    if row_tokens == 12:
-        assert len(segments) > len(groups)  # some group really was cut
+    header = [5, 6, 7, 8, 9]
+    data = []
+    for d in _grpo_batch(3):  # the header prepended: inputs, next-token targets, weights
+        tokens = d.model_input.to_ints()
+        targets = d.loss_fn_inputs["target_tokens"].to_torch().tolist()
+        weights = d.loss_fn_inputs["weights"].to_torch().tolist()
+        data.append(
+            types.Datum(
+                model_input=types.ModelInput.from_ints(header + tokens),
+                loss_fn_inputs={
+                    "target_tokens": header[1:] + tokens[:1] + targets,
+                    "weights": [0.3] * len(header) + weights,
+                },
+            )
+        )
+    inputs = [d.model_input.to_ints() for d in data]
+    plan = plan_microbatches(inputs, budget)
+    shared._service.max_tokens_per_batch = budget
+    if budget == 60:
+        assert len(plan) > 1 and len(shared._microbatches(data)) > 1
     else:
-        assert any(len(r.segments) > 1 for r in rows)  # some row really holds two groups
+        # one trie: the header (5) once; each prompt (9, 11, 13 tokens) once; each completion
+        # c adds c - 1 input tokens: (1+4+7+10) + (0+3+6+9) + (1+4+7+10) (`_grpo_batch`)
+        (mb,) = plan
+        assert mb.tokens == 5 + (9 + 22) + (11 + 18) + (13 + 22)
     out_s = shared.forward_backward_custom(data, _weighted_loss).result()
     out_u = separate.forward_backward_custom(data, _weighted_loss).result()
     for a, b in zip(out_s.loss_fn_outputs, out_u.loss_fn_outputs, strict=True):
         assert float((a["logprobs"].to_torch() - b["logprobs"].to_torch()).abs().max()) <= TOL
+    assert max(float(v.abs().max()) for v in separate.lora_grads().values()) > 1e-3
     assert _max_rel(shared.lora_grads(), separate.lora_grads()) <= TOL

@@ -1,10 +1,10 @@
 """Prefix-tree attention (`backends/local/tree_attention.py`) against dense masked attention.
 
-The reference is written from the segment description alone: a dense (rows, 1, N, N) mask in
-which a prefix token sees its prefix causally and a suffix token its segment's prefix and its
-own earlier tokens, run through PyTorch's SDPA with K/V repeated per query head. Values and
-gradients must agree (float64, to round-off) on rows holding several segments, suffixes of
-different lengths, GQA and row padding. The model-level equality with separate passes is in
+The reference is written from the sequences alone: a dense (1, 1, N, N) mask in which a flat
+position sees the positions before it on its sequences' paths, run through PyTorch's SDPA
+with K/V repeated per query head. Values and gradients must agree (float64, to round-off) on
+a three-level trie (a header shared by two prompts, their completions), an unrelated
+sequence, GQA and row padding. The model-level equality with separate passes is in
 test_prefix_sharing.py.
 """
 
@@ -16,38 +16,44 @@ import torch.nn.functional as F
 
 from losslab.backends.local.tree_attention import build_tree_layout, prefix_tree_attention
 
-WIDTH = 20
-# (row, prefix length, suffix lengths) per segment; row 1 ends in 3 padding positions
-SEGMENTS = [(0, 4, [3, 1, 5]), (0, 2, [1, 1]), (1, 6, [4, 2]), (1, 1, [3, 1])]
+N_FLAT = 24
+# a three-level trie in one flat row, written as the sequences it holds (flat positions along
+# each path): a header [0..3], two prompts on it, completions on the prompts, one unrelated
+# sequence; positions 21..23 are padding
+PATHS = [
+    [0, 1, 2, 3, 4, 5, 6],  # header, prompt A [4, 5], completion [6]
+    [0, 1, 2, 3, 4, 5, 7, 8, 9],  # header, prompt A, completion [7, 8, 9]
+    [0, 1, 2, 3, 10, 11, 12, 13],  # header, prompt B [10, 11, 12], completion [13]
+    [0, 1, 2, 3, 10, 11, 12, 14, 15],  # prompt B, completion [14, 15]
+    [16, 17, 18, 19, 20],  # unrelated
+]
 
 
-def _layout_and_dense_mask():
-    prefixes, suffixes = [], []
-    allowed = torch.eye(WIDTH, dtype=torch.bool).repeat(2, 1, 1)  # padding: itself only
-    at = [0, 0]
-    for row, c, lengths in SEGMENTS:
-        start = at[row]
-        prefixes.append(range(row * WIDTH + start, row * WIDTH + start + c))
-        allowed[row, start : start + c, start : start + c] = torch.ones(c, c).tril().bool()
-        at[row] += c
-        for s in lengths:
-            a = at[row]
-            suffixes.append((range(row * WIDTH + a, row * WIDTH + a + s), len(prefixes) - 1))
-            allowed[row, a : a + s, start : start + c] = True
-            allowed[row, a : a + s, a : a + s] = torch.ones(s, s).tril().bool()
-            at[row] += s
-    assert at == [17, 17]  # both rows end in padding
-    real = torch.zeros(2, WIDTH, dtype=torch.bool)
-    real[:, :17] = True
-    return build_tree_layout(prefixes, suffixes, 2 * WIDTH, "cpu"), allowed[:, None], real
+def _units_and_dense_mask():
+    """Units as `_trie_pass` builds them (each sequence's new tokens over its prefix's flat
+    positions) and, independently, the dense mask: a flat position sees every position before
+    it on any path through it."""
+    units, seen = [], set()
+    for path in PATHS:
+        new = [p for p in path if p not in seen]
+        units.append((range(new[0], new[-1] + 1), path[: path.index(new[0])]))
+        seen.update(path)
+    allowed = torch.eye(N_FLAT, dtype=torch.bool)  # padding: itself only
+    for path in PATHS:
+        for t, q in enumerate(path):
+            allowed[q, path[: t + 1]] = True
+    real = torch.zeros(N_FLAT, dtype=torch.bool)
+    real[:21] = True
+    return build_tree_layout(units, N_FLAT, "cpu"), allowed[None, None], real[None]
 
 
 @pytest.mark.parametrize("heads,kv_heads", [(4, 4), (4, 2)])
 def test_tree_attention_equals_dense_masked_attention(heads, kv_heads):
-    layout, mask, real = _layout_and_dense_mask()
+    layout, mask, real = _units_and_dense_mask()
+    assert len(layout.units) > 1  # units of different lengths: several batches
     g = torch.Generator().manual_seed(0)
     q, k, v = (
-        torch.randn(2, h, WIDTH, 8, generator=g, dtype=torch.float64).requires_grad_()
+        torch.randn(1, h, N_FLAT, 8, generator=g, dtype=torch.float64).requires_grad_()
         for h in (heads, kv_heads, kv_heads)
     )
     rep = heads // kv_heads

@@ -146,162 +146,61 @@ def can_share_prefix(lm: torch.nn.Module) -> bool:
     return all(t == "full_attention" for t in layer_types) and plain_unembedding(lm)
 
 
-@dataclass(frozen=True)
-class PrefixGroup:
-    """Sequences `members` (indices into the batch) whose inputs share their first `shared`
-    tokens; `shared = 0` means the member runs alone (one sequence, no reuse)."""
-
-    members: tuple[int, ...]
-    shared: int
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     n = 0
-    for x, y in zip(a[:limit], b[:limit], strict=False):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         n += 1
     return n
 
 
-def prefix_groups(inputs: Sequence[Sequence[int]], share: bool = True) -> list[PrefixGroup]:
-    """Group sequences by a shared leading prefix (a GRPO group's prompt).
-
-    Sequences are sorted so that common prefixes are adjacent, then swept once: a sequence joins
-    the current group when the tokens saved, `members x prefix`, do not drop (so the common
-    chat-template header of two different prompts does not merge their groups). Each member keeps
-    at least one token of its own (`shared <= len - 1`). Groups of one run unshared.
-    """
-    if not share:
-        return [PrefixGroup((i,), 0) for i in range(len(inputs))]
-    order = sorted(range(len(inputs)), key=lambda i: tuple(inputs[i]))
-    groups: list[PrefixGroup] = []
-    members: list[int] = []
-    shared = 0
-    for i in order:
-        if members:
-            limit = min(shared, len(inputs[i]) - 1)
-            lcp = _common_prefix(inputs[members[0]], inputs[i], limit)
-            if (len(members) + 1) * lcp >= len(members) * shared and lcp > 0:
-                members.append(i)
-                shared = lcp
-                continue
-            groups.append(PrefixGroup(tuple(members), shared if len(members) > 1 else 0))
-        members, shared = [i], len(inputs[i]) - 1
-    if members:
-        groups.append(PrefixGroup(tuple(members), shared if len(members) > 1 else 0))
-    return groups
-
-
-PACKED_ROW_TOKENS = 512  # attention over a packed row is dense (row^2); see `pack_rows`
-
-
 @dataclass(frozen=True)
-class Segment:
-    """Group `group`'s prefix followed by the suffixes of `members`: one prefix tree."""
+class MicroBatch:
+    """Sequences `members` (batch indices) run in one forward, and the `tokens` it runs.
 
-    group: int
+    `packed`: the members' prefix trie in one flat row, every leading token run shared by
+    several members computed once (`_trie_pass`; `tokens` = the trie's size). Otherwise
+    right-padded rows, one per member (`_plain_pass`; `tokens` = rows x the longest)."""
+
     members: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class PackedRow:
-    """One packed sequence: prefix-tree segments side by side (they do not see each other)."""
-
-    segments: tuple[Segment, ...]
-
-
-def _segment_length(seg: Segment, groups: Sequence[PrefixGroup], lengths: Sequence[int]) -> int:
-    c = groups[seg.group].shared
-    return c + sum(lengths[i] - c for i in seg.members)
-
-
-def _row_length(row: PackedRow, groups: Sequence[PrefixGroup], lengths: Sequence[int]) -> int:
-    return sum(_segment_length(seg, groups, lengths) for seg in row.segments)
-
-
-def pack_rows(
-    groups: Sequence[PrefixGroup], lengths: Sequence[int], row_tokens: int | None = None
-) -> list[PackedRow]:
-    """Shared groups as prefix-tree segments `[prefix, suffix_1, suffix_2, ...]` packed into
-    rows of at most `row_tokens` tokens (more when one prefix plus one suffix is longer).
-
-    A group longer than a row is cut into segments that each repeat its prefix. Segments are
-    then dealt longest first to the least-filled row they fit in (opening a row only when none
-    fits), over as few rows as the tokens need, so rows come out near equal and the padding
-    to the longest row stays small (4 GRPO groups of 235/194/181/132 tokens: two rows of
-    ~370, 2% padding, instead of four rows padded to 235, 21%). Attention inside a row is
-    computed densely and masked, so its cost per token grows with the row: at 512 it stays
-    ~10% of the linear layers' work on SmolLM2-sized models, which see one large matrix.
-    """
-    row_tokens = PACKED_ROW_TOKENS if row_tokens is None else row_tokens
-    segments: list[Segment] = []
-    for p, g in enumerate(groups):
-        members: list[int] = []
-        used = g.shared
-        for i in g.members:
-            suffix = lengths[i] - g.shared
-            if members and used + suffix > row_tokens:
-                segments.append(Segment(p, tuple(members)))
-                members, used = [], g.shared
-            members.append(i)
-            used += suffix
-        segments.append(Segment(p, tuple(members)))
-    size = {seg: _segment_length(seg, groups, lengths) for seg in segments}
-    n_rows = max(1, -(-sum(size.values()) // row_tokens))
-    rows: list[list[Segment]] = [[] for _ in range(n_rows)]
-    load = [0] * n_rows
-    for seg in sorted(segments, key=lambda x: -size[x]):
-        fits = [r for r in range(len(rows)) if load[r] + size[seg] <= row_tokens or not rows[r]]
-        if not fits:
-            rows.append([])
-            load.append(0)
-            fits = [len(rows) - 1]
-        r = min(fits, key=lambda k: load[k])
-        rows[r].append(seg)
-        load[r] += size[seg]
-    return [PackedRow(tuple(row)) for row in rows if row]
-
-
-def tokens_run(groups: Sequence[PrefixGroup], lengths: Sequence[int]) -> int:
-    """Real (unpadded) tokens one micro-batch of `groups` runs: whole sequences for unshared
-    groups, each packed segment's prefix once plus its members' suffixes for shared ones."""
-    if groups[0].shared == 0:
-        return sum(lengths[g.members[0]] for g in groups)
-    return sum(_row_length(r, groups, lengths) for r in pack_rows(groups, lengths))
-
-
-def _padded_tokens(groups: Sequence[PrefixGroup], lengths: Sequence[int]) -> int:
-    """Padded tokens one micro-batch of `groups` runs: unshared rows padded to the longest;
-    shared groups as packed rows (`pack_rows`) padded to the longest row."""
-    if groups[0].shared == 0:
-        return len(groups) * max(lengths[g.members[0]] for g in groups)
-    rows = pack_rows(groups, lengths)
-    return len(rows) * max(_row_length(r, groups, lengths) for r in rows)
+    packed: bool
+    tokens: int
 
 
 def plan_microbatches(
     inputs: Sequence[Sequence[int]], max_tokens_per_batch: int, share: bool = True
-) -> list[list[PrefixGroup]]:
-    """Prefix groups packed into micro-batches of at most `max_tokens_per_batch` padded tokens
-    (at least one group each). Shared and unshared groups go in separate micro-batches, and each
-    kind is bucketed by length (longest first), so rows of similar length are padded together."""
+) -> list[MicroBatch]:
+    """Micro-batches of at most `max_tokens_per_batch` tokens (at least one sequence each).
+
+    Shared: sequences in lexicographic order, so each one's longest common prefix with any
+    earlier sequence is its common prefix with the one before it, and it adds only the tokens
+    after that prefix: a GRPO group's prompt runs once, and so does a header common to several
+    prompts (a system turn, an instruction). Unshared: longest first, so rows of similar length
+    are padded together."""
     lengths = [len(x) for x in inputs]
-    groups = prefix_groups(inputs, share)
-    groups.sort(
-        key=lambda g: (g.shared == 0, -max(lengths[i] for i in g.members) + g.shared, -g.shared)
-    )
-    batches: list[list[PrefixGroup]] = []
-    for g in groups:
-        cur = batches[-1] if batches else None
-        if (
-            cur is not None
-            and (cur[0].shared == 0) == (g.shared == 0)
-            and _padded_tokens([*cur, g], lengths) <= max_tokens_per_batch
-        ):
-            cur.append(g)
-        else:
-            batches.append([g])
+    batches: list[MicroBatch] = []
+    members: list[int] = []
+    tokens = 0
+    if share:
+        for i in sorted(range(len(inputs)), key=lambda k: tuple(inputs[k])):
+            new = lengths[i] - (_common_prefix(inputs[members[-1]], inputs[i]) if members else 0)
+            if members and tokens + new > max_tokens_per_batch:
+                batches.append(MicroBatch(tuple(members), True, tokens))
+                members, tokens, new = [], 0, lengths[i]
+            members.append(i)
+            tokens += new
+        if members:
+            batches.append(MicroBatch(tuple(members), True, tokens))
+        return batches
+    for i in sorted(range(len(inputs)), key=lambda k: -lengths[k]):
+        longest = lengths[members[0]] if members else lengths[i]
+        if members and (len(members) + 1) * longest > max_tokens_per_batch:
+            batches.append(MicroBatch(tuple(members), False, len(members) * longest))
+            members = []
+        members.append(i)
+    if members:
+        batches.append(MicroBatch(tuple(members), False, len(members) * lengths[members[0]]))
     return batches
 
 
@@ -339,88 +238,73 @@ def _plain_pass(
     return list(torch.split(lp_M, [len(inputs[i]) for i in idx]))
 
 
-def _shared_pass(
-    lm: torch.nn.Module, inputs, targets, groups: list[PrefixGroup], device: torch.device
+def _trie_pass(
+    lm: torch.nn.Module, inputs, targets, members: Sequence[int], device: torch.device
 ) -> dict[int, Tensor]:
-    """Every group as a prefix-tree segment `[prefix, suffix_1, ..., suffix_G]`, segments packed
-    into rows (`pack_rows`), all run in ONE forward: the linear layers see one (rows x width)
-    matrix, and attention (`tree_attention.prefix_tree_attention`) lets a prefix token see its
-    prefix causally and a suffix token its group's whole prefix and its own earlier tokens,
-    nothing of the other members or segments, computing only those blocks. Positions restart
-    after the prefix (`c, c+1, ...` for every member), so each token's hidden state is the one
-    of its separate pass; the prefix runs once per segment (with gradient, which autograd sums
-    over the members attending to it: the unshared gradient).
+    """The prefix trie of `members` (in lexicographic order) as ONE flat row, in ONE forward.
 
-    Log-probs at prefix positions are computed once per distinct (segment, position, target): the
-    members share the hidden state there, so a prompt position costs one unembedding row per
-    group, not one per member. Row padding is attended by no one and read by no one.
+    Each member adds the tokens after its common prefix with the member before it; those
+    tokens attend (`tree_attention.prefix_tree_attention`) to the flat positions of that prefix
+    and causally to themselves, nothing else. Positions continue from the prefix's length, so
+    every token's hidden state is the one of its separate pass, and a prefix shared by several
+    members runs once, with gradient (autograd sums over the members attending to it: the
+    unshared gradient). The linear layers see one (tokens x width) matrix without padding.
+
+    Log-probs are computed once per distinct (flat position, target): members share the hidden
+    state along a common prefix, so a prompt position costs one unembedding row, not one per
+    member. Rows past the point where a member branches off its neighbours (its completion, in
+    an RL batch) get their Jacobian in the forward (`_TargetLogprobs`).
     """
-    lengths = [len(x) for x in inputs]
-    rows = pack_rows(groups, lengths)
-    width = max(_row_length(r, groups, lengths) for r in rows)
-    ids_R_N = torch.zeros((len(rows), width), dtype=torch.long)
-    pos_R_N = torch.zeros((len(rows), width), dtype=torch.long)
-    prefixes: list[range] = []  # flat positions of each segment's prefix
-    suffixes: list[tuple[range, int]] = []  # flat positions of each member's suffix, segment
-    prefix_rows: dict[tuple[int, int], int] = {}  # (flat position, target) -> lp row
-    prefix_src: list[int] = []  # flat hidden index of each distinct prefix lp row
-    prefix_tgt: list[int] = []
-    suffix_src: list[int] = []
-    suffix_tgt: list[Tensor] = []
-    row_of: dict[int, list[int]] = {}  # each member's prefix lp rows
-    suffix_start: dict[int, int] = {}  # where each member's suffix lp rows begin
-    for r, row in enumerate(rows):
-        at = 0
-        for seg in row.segments:
-            c = groups[seg.group].shared
-            start = at  # the segment's prefix occupies [start, start + c)
-            ids_R_N[r, at : at + c] = torch.as_tensor(inputs[seg.members[0]][:c])
-            pos_R_N[r, at : at + c] = torch.arange(c)
-            prefixes.append(range(r * width + at, r * width + at + c))
-            at += c
-            for i in seg.members:
-                s = lengths[i] - c
-                ids_R_N[r, at : at + s] = torch.as_tensor(inputs[i][c:])
-                pos_R_N[r, at : at + s] = torch.arange(c, c + s)
-                suffixes.append((range(r * width + at, r * width + at + s), len(prefixes) - 1))
-                y = targets[i].to(torch.long)
-                lp_rows = []
-                for t, y_t in enumerate(y[:c].tolist()):
-                    key = (r * width + start + t, y_t)
-                    if key not in prefix_rows:
-                        prefix_rows[key] = len(prefix_src)
-                        prefix_src.append(key[0])
-                        prefix_tgt.append(y_t)
-                    lp_rows.append(prefix_rows[key])
-                row_of[i] = lp_rows
-                suffix_start[i] = len(suffix_src)
-                suffix_src.extend(range(r * width + at, r * width + at + s))
-                suffix_tgt.append(y[c:])
-                at += s
-    layout = build_tree_layout(prefixes, suffixes, len(rows) * width, device)
+    ids: list[int] = []
+    pos: list[int] = []
+    paths: dict[int, list[int]] = {}  # flat position of each member's token at each depth
+    units: list[tuple[range, list[int]]] = []  # (new flat positions, flat context)
+    shared: list[int] = []  # each member's common prefix with the member before it
+    prev: int | None = None
+    for i in members:
+        seq = inputs[i]
+        lcp = _common_prefix(inputs[prev], seq) if prev is not None else 0
+        context = paths[prev][:lcp] if prev is not None else []
+        new = range(len(ids), len(ids) + len(seq) - lcp)
+        ids.extend(seq[lcp:])
+        pos.extend(range(lcp, len(seq)))
+        paths[i] = context + list(new)
+        if len(new):
+            units.append((new, context))
+        shared.append(lcp)
+        prev = i
+    rows: dict[tuple[int, int], int] = {}  # (flat position, target) -> log-prob row
+    src: list[int] = []
+    tgt: list[int] = []
+    eager: list[bool] = []
+    rows_of: dict[int, list[int]] = {}
+    for k, i in enumerate(members):
+        branch = max(shared[k], shared[k + 1] if k + 1 < len(members) else 0)
+        member_rows = []
+        for t, y_t in enumerate(targets[i].to(torch.long).tolist()):
+            key = (paths[i][t], y_t)
+            if key not in rows:
+                rows[key] = len(src)
+                src.append(key[0])
+                tgt.append(y_t)
+                eager.append(t >= branch)
+            member_rows.append(rows[key])
+        rows_of[i] = member_rows
+    layout = build_tree_layout(units, len(ids), device)
     with tree_attention(lm):
-        hidden_R_N_H = lm.get_decoder()(
-            input_ids=ids_R_N.to(device),
-            position_ids=pos_R_N.to(device),
+        hidden_1_T_H = lm.get_decoder()(
+            input_ids=torch.tensor([ids], dtype=torch.long, device=device),
+            position_ids=torch.tensor([pos], dtype=torch.long, device=device),
             use_cache=False,
             prefix_tree=layout,
         )[0]
-    hidden_RN_H = hidden_R_N_H.reshape(len(rows) * width, -1)
-    eager_M = torch.zeros(len(prefix_src) + len(suffix_src), dtype=torch.bool)
-    eager_M[len(prefix_src) :] = True  # completion tokens: the rows an RL loss weights
     lp_all = _row_logprobs(
         lm,
-        hidden_RN_H[torch.tensor(prefix_src + suffix_src, dtype=torch.long, device=device)],
-        torch.cat([torch.tensor(prefix_tgt, dtype=torch.long), *suffix_tgt]).to(device),
-        eager_M.to(device),
+        hidden_1_T_H[0, torch.tensor(src, dtype=torch.long, device=device)],
+        torch.tensor(tgt, dtype=torch.long, device=device),
+        torch.tensor(eager, dtype=torch.bool, device=device),
     )
-    out_lp: dict[int, Tensor] = {}
-    for i, lp_rows in row_of.items():
-        start = len(prefix_src) + suffix_start[i]
-        n_suffix = len(inputs[i]) - len(lp_rows)
-        idx = torch.tensor(lp_rows + list(range(start, start + n_suffix)), device=device)
-        out_lp[i] = lp_all[idx]
-    return out_lp
+    return {i: lp_all[torch.tensor(r, device=device)] for i, r in rows_of.items()}
 
 
 def sequence_logprobs(
@@ -435,25 +319,23 @@ def sequence_logprobs(
 ) -> list[Tensor]:
     """Per-sequence float32 log-probs `log p(targets[i][t] | inputs[i][:t+1])` (shape (N_i,)).
 
-    Sequences are grouped by shared prefix (`prefix_groups`; only where `can_share_prefix`
-    holds for the model and `share_prefix` is True), bucketed by length and packed into
-    micro-batches of at most `max_tokens_per_batch` padded tokens (`plan_microbatches`). The
-    unembedding runs only on real positions, once per group at shared prefix positions.
+    Where `can_share_prefix` holds for the model and `share_prefix` is True, each micro-batch
+    runs as one prefix trie (`_trie_pass`: shared leading tokens once, no padding); otherwise
+    as right-padded rows bucketed by length (`_plain_pass`); micro-batches hold at most
+    `max_tokens_per_batch` tokens (`plan_microbatches`). The unembedding runs only on real
+    positions, once per distinct (position, target) of the trie.
     Gradient flows when grad mode is on and equals that of one pass per sequence. With `fuse`,
     LoRA projections and SiLU gated MLPs run fused (`fused.fused_training_modules`: the same
     values and gradients, half the MLP activation memory).
     """
     lm = causal_lm(model)
     share = share_prefix and can_share_prefix(lm)
-    out: list[Tensor] = [torch.empty(0)] * len(inputs)
+    out: dict[int, Tensor] = {}
     with fused_training_modules(lm) if fuse else nullcontext():
-        for batch in plan_microbatches(inputs, max_tokens_per_batch, share):
-            if batch[0].shared:
-                for i, lp in _shared_pass(lm, inputs, targets, batch, device).items():
-                    out[i] = lp
+        for mb in plan_microbatches(inputs, max_tokens_per_batch, share):
+            if mb.packed:
+                out.update(_trie_pass(lm, inputs, targets, mb.members, device))
             else:
-                idx = [g.members[0] for g in batch]
-                lp_B = _plain_pass(lm, inputs, targets, idx, device)
-                for i, lp in zip(idx, lp_B, strict=True):
-                    out[i] = lp
-    return out
+                lp_B = _plain_pass(lm, inputs, targets, list(mb.members), device)
+                out.update(zip(mb.members, lp_B, strict=True))
+    return [out[i] for i in range(len(inputs))]

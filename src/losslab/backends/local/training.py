@@ -52,7 +52,6 @@ from losslab.backends.local.logprobs import (
     plan_microbatches,
     sequence_logprobs,
 )
-from losslab.backends.local.memory import release_free_memory
 from losslab.backends.local.models import clone_sharing_weights
 from losslab.backends.local.sdk_surface import TrainingClientSurface, handle_as_callable
 from losslab.losses.tinker_adapter import CustomLossFn
@@ -348,7 +347,6 @@ class LocalTrainingClient(TrainingClientSurface):
                     total += float(loss.detach())
                     for i, lp in zip(idx, lp_D, strict=True):
                         lp_all[i] = lp
-                release_free_memory()
             return types.ForwardBackwardOutput(
                 loss_fn_output_type=loss_fn,
                 loss_fn_outputs=self._outputs(lp_all),
@@ -358,11 +356,11 @@ class LocalTrainingClient(TrainingClientSurface):
         return run_eagerly(run)
 
     def _microbatches(self, batch: list[types.Datum]) -> list[list[int]]:
-        """Datum indices per micro-batch: prefix groups kept whole, bucketed by length, at most
-        `max_tokens_per_batch` padded tokens each (`logprobs.plan_microbatches`)."""
+        """Datum indices per micro-batch of at most `max_tokens_per_batch` tokens: a prefix trie
+        each where the model shares prefixes, else padded rows (`logprobs.plan_microbatches`)."""
         inputs = [d.model_input.to_ints() for d in batch]
         plan = plan_microbatches(inputs, self._service.max_tokens_per_batch, self._share_prefix)
-        return [[i for g in groups for i in g.members] for groups in plan]
+        return [list(mb.members) for mb in plan]
 
     def forward_backward_custom(
         self, data: Sequence[types.Datum], loss_fn: CustomLossFn, *, loss_type_input: Any = None
@@ -377,12 +375,13 @@ class LocalTrainingClient(TrainingClientSurface):
         surrogate (forward, then cross-entropy with weights = -g), at the cost of one step.
         Metrics are the user's metrics plus "loss:sum".
 
-        Prefix sharing: datums whose inputs share a prefix (a GRPO group's prompt) run it once
-        and reuse its KV cache (`logprobs.sequence_logprobs`), with the gradient of separate
-        passes; families that cannot share (linear-attention, sliding-window) run one pass each.
+        Prefix sharing: leading tokens that datums share (a GRPO group's prompt, a header common
+        to several prompts) run once, as one prefix trie (`logprobs.sequence_logprobs`), with
+        the gradient of separate passes; families that cannot share (linear-attention,
+        sliding-window) run one pass per sequence.
 
         Memory guard: the fused pass keeps the whole batch's activations. When the batch needs
-        more than one micro-batch (`max_tokens_per_batch` padded tokens), it runs Tinker's
+        more than one micro-batch (`max_tokens_per_batch` tokens), it runs Tinker's
         two-phase form instead (no-grad forward, the loss, then one backward per micro-batch
         of `sum(lp * g)`): same gradient, one extra forward.
         """
@@ -412,7 +411,6 @@ class LocalTrainingClient(TrainingClientSurface):
                         torch.autograd.backward(lp_chunk, g_chunk)
                 metrics = {str(k): float(v) for k, v in dict(user_metrics or {}).items()}
                 metrics["loss:sum"] = float(loss.detach().sum())
-                release_free_memory()  # the pass's activations: back to the OS
             return types.ForwardBackwardOutput(
                 loss_fn_output_type="custom",
                 loss_fn_outputs=self._outputs(lp_D),

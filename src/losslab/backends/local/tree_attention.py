@@ -1,21 +1,18 @@
-"""Attention over packed prefix trees (`logprobs._shared_pass`) that computes only the blocks
-a token can see.
+"""Attention over a packed prefix trie (`logprobs._trie_pass`) that computes only the blocks a
+token can see.
 
-A packed row holds segments `[prefix, suffix_1, ..., suffix_G]`. A prefix token sees its prefix
-causally; a suffix token sees its segment's whole prefix and its own earlier tokens. A dense
-masked attention over the row spends almost all of its work on masked pairs: two 456-token
-rows of four GRPO groups (53-token prompt, 8 completions of ~19 tokens) need ~22k of the
-~208k (query, key) pairs per row and head. Here the row is cut into attention units, each a
-batched SDPA call over gathered queries and keys:
-
-* one prefix unit per segment: its prefix's queries over its prefix's keys, causal;
-* one member unit per completion: its suffix's queries over `[prefix keys, own suffix keys]`,
-  the prefix fully visible and the suffix causal.
-
-Units are padded to the longest of their kind (padded keys masked; padded queries write to a
-discarded row), and GQA runs natively (`enable_gqa`), so K/V are gathered per KV head. On
-SmolLM2-135M this is ~11 ms per layer forward and backward instead of ~28 ms for the dense
-masked row, with the same values and gradients (tests/backends/test_prefix_sharing.py).
+A packed row holds a prefix trie: each sequence's tokens after its common prefix with the one
+before it (a GRPO group's completions after their prompt, a prompt after a header it shares
+with other prompts). Such a run of new tokens sees the flat positions of its prefix and
+itself causally. A dense masked attention over the row spends almost all of its work on
+masked pairs: four GRPO groups (53-token prompt, 8 completions of ~19 tokens) need ~22k of the
+~208k (query, key) pairs of a 456-token row per head. Here each run is an attention unit, its
+queries over `[its prefix's keys, its own keys]` (the prefix fully visible, its own keys
+causal), and units of similar length run as one batched SDPA call over gathered queries and
+keys. Padded keys are masked, padded queries write to a discarded row, and GQA runs natively
+(`enable_gqa`), so K/V are gathered per KV head. On SmolLM2-135M this is ~11 ms per layer
+forward and backward instead of ~28 ms for the dense masked rows, with the same values and
+gradients (tests/backends/test_tree_attention.py, test_prefix_sharing.py).
 
 The function is registered with transformers' `AttentionInterface` as `ATTENTION_NAME`; a pass
 selects it with `tree_attention(lm)` and hands the layout to every layer through the decoder's
@@ -58,7 +55,7 @@ class TreeLayout:
 
 
 def _unit_batch(
-    queries: Sequence[range], contexts: Sequence[range], n_flat: int, device: torch.device
+    queries: Sequence[range], contexts: Sequence[Sequence[int]], n_flat: int, device
 ) -> UnitBatch:
     """Units whose queries `queries[u]` see all of `contexts[u]` and their own earlier queries."""
     n_units = len(queries)
@@ -85,16 +82,19 @@ def _unit_batch(
 
 
 def build_tree_layout(
-    prefixes: Sequence[range], suffixes: Sequence[tuple[range, int]], n_flat: int, device
+    units: Sequence[tuple[range, Sequence[int]]], n_flat: int, device
 ) -> TreeLayout:
-    """`prefixes[p]`: the flat positions of segment p's prefix; `suffixes`: (flat positions of a
-    member's suffix, its segment p)."""
-    units = [_unit_batch(prefixes, [range(0)] * len(prefixes), n_flat, device)]
-    if suffixes:
-        queries = [s for s, _ in suffixes]
-        contexts = [prefixes[p] for _, p in suffixes]
-        units.append(_unit_batch(queries, contexts, n_flat, device))
-    return TreeLayout(tuple(units), n_flat)
+    """Attention units `(queries, context)`: flat query positions (a run of new tokens) that
+    see every flat position in `context` and causally each other. Units are batched by query
+    length (powers of two), so padding stays under half of each batch's queries."""
+    buckets: dict[int, list[tuple[range, Sequence[int]]]] = {}
+    for q, c in units:
+        buckets.setdefault((len(q) - 1).bit_length(), []).append((q, c))
+    batches = tuple(
+        _unit_batch([q for q, _ in b], [c for _, c in b], n_flat, device)
+        for _, b in sorted(buckets.items())
+    )
+    return TreeLayout(batches, n_flat)
 
 
 def prefix_tree_attention(
