@@ -75,7 +75,7 @@ def test_merge_swaps_plain_linears_in_and_puts_lora_back(service, tiny_llama):
             inside = {n: m for n, m in lm.named_modules() if isinstance(m, LoraLayer)}
             assert not inside  # every LoRA Linear is a plain Linear now
             q = lm.get_submodule(next(iter(before)))
-            assert type(q) is torch.nn.Linear and q.weight.stride() == (1, q.in_features)
+            assert type(q) is torch.nn.Linear and q.weight.stride() == (q.in_features, 1)
             fast = lm(input_ids=x).logits
     after = {n: m for n, m in lm.named_modules() if isinstance(m, LoraLayer)}
     assert after.keys() == before.keys() and all(after[n] is before[n] for n in before)
