@@ -3,8 +3,8 @@
     .venv/bin/python bench/profile_rl_step.py [--steps 2] [--out bench/profile_rl_step.json]
 
 Settings of issue #14: fp32 on CPU, LoRA r=8 on every projection, chain_sum (the embedded
-`arithmetic` task), 8 prompts x 8 samples x 32 new tokens, 2 updates per batch, 2 threads, GRPO
-clip loss. Step 0 is a warm-up; the last step runs under `torch.profiler` (CPU time and memory
+`arithmetic` task) rendered as `make bench` renders it (the template's default system turn: 53
+tokens), 8 prompts x 8 samples x 32 new tokens, 2 updates per batch, 2 threads, GRPO clip loss. Step 0 is a warm-up; the last step runs under `torch.profiler` (CPU time and memory
 per operator). The process's resident set size (RSS) is sampled every 20 ms by a thread, so the
 record gives the peak RSS of each phase (snapshot, sampling, each forward_backward_custom,
 optim_step), plus the sizes of what the step keeps alive (weights, LoRA, AdamW state).
