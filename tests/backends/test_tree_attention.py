@@ -74,7 +74,12 @@ def test_tree_attention_equals_dense_masked_attention(heads, kv_heads):
         assert torch.allclose(a, b, atol=1e-12)
 
 
-def test_attention_without_a_layout_is_refused():
+def test_attention_without_a_layout_or_with_a_window_is_refused():
     q = torch.randn(1, 2, 3, 4)
     with pytest.raises(RuntimeError, match="prefix-tree layout"):
         prefix_tree_attention(torch.nn.Linear(1, 1), q, q, q, None)
+    layout = build_tree_layout([(range(0, 3), [])], 3, "cpu")
+    with pytest.raises(RuntimeError, match="sliding_window"):
+        prefix_tree_attention(
+            torch.nn.Linear(1, 1), q, q, q, None, prefix_tree=layout, sliding_window=2
+        )

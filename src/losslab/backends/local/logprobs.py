@@ -1,5 +1,6 @@
 """Target-token log-probs from hidden states without materialising full-vocabulary logits,
-and the packed prefix-tree forward that runs a GRPO group's shared prompt once.
+and the prefix-trie forward that runs every shared leading run of tokens (a GRPO group's
+prompt, a header common to several prompts) once.
 
 `log p(y_t | x_<=t) = h_t . w_{y_t} - logsumexp_v(h_t . w_v)` for the (frozen, possibly tied)
 unembedding `W` (V x H). Computed in row chunks, so peak memory is `chunk x V` instead of

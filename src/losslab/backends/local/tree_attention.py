@@ -115,6 +115,12 @@ def prefix_tree_attention(
             f"{type(module).__name__} did not pass the prefix-tree layout to its attention "
             "function; this model family cannot run packed prefix sharing"
         )
+    unsupported = [k for k in ("sliding_window", "softcap", "s_aux") if kwargs.get(k) is not None]
+    if unsupported:  # `can_share_prefix` keeps such families on the plain path
+        raise RuntimeError(
+            f"{type(module).__name__} asks its attention for {unsupported}, which the "
+            "prefix-tree attention does not implement"
+        )
     rows, heads, width, dim = query.shape
     kv_heads = key.shape[1]
     n_flat = rows * width
