@@ -432,8 +432,8 @@ def _roofline(side: str, steps, shape, machine) -> dict[str, Any]:
         rows = statistics.median(s["train_rows_loss"] for s in steps)
         flops = 4 * p_dec * tokens + 2 * p_emb * tokens + 2 * p_emb * rows
         out["training"] = {
-            "bound": "compute: 4 x decoder weights x tokens run (prefix once per group) "
-            "+ unembedding 2 x rows (logits) + 2 x loss rows (their Jacobian)",
+            "bound": "compute: 4 x decoder weights x tokens run (the prefix trie: shared leading "
+            "tokens once) + unembedding 2 x rows (logits) + 2 x loss rows (their Jacobian)",
             "tokens_run": tokens,
             "flops": flops,
         }
