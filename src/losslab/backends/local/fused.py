@@ -31,24 +31,30 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
-def plain_lora_layers(lm: torch.nn.Module) -> list[tuple[str, Any]] | None:
-    """`lm`'s LoRA Linears when every LoRA layer is a plain single-adapter Linear (no DoRA, no
-    LoRA bias, no fan-in-fan-out, not merged); None otherwise (fused MoE expert parameters...)."""
+def _plain_lora_adapter(m: torch.nn.Module) -> str | None:
+    """The one active adapter of a plain LoRA Linear (no DoRA, no LoRA bias, no fan-in-fan-out,
+    not merged); None for any other module or kind of LoRA layer."""
     from peft.tuners.lora import Linear as LoraLinear
+
+    if type(m) is not LoraLinear or m.merged or getattr(m, "fan_in_fan_out", False):
+        return None
+    adapters = list(m.active_adapters)
+    if len(adapters) != 1 or adapters[0] not in m.lora_A:
+        return None
+    name = adapters[0]
+    if m.use_dora.get(name, False) or m.lora_bias.get(name, False):
+        return None
+    return name
+
+
+def plain_lora_layers(lm: torch.nn.Module) -> list[tuple[str, Any]] | None:
+    """`lm`'s LoRA Linears when every LoRA layer is a plain single-adapter Linear
+    (`_plain_lora_adapter`); None otherwise (fused MoE expert parameters...)."""
     from peft.tuners.lora import LoraLayer
 
     lora = [(n, m) for n, m in lm.named_modules() if isinstance(m, LoraLayer)]
-    for _, m in lora:
-        adapters = list(m.active_adapters)
-        if (
-            type(m) is not LoraLinear
-            or m.merged
-            or getattr(m, "fan_in_fan_out", False)
-            or len(adapters) != 1
-            or m.use_dora.get(adapters[0], False)
-            or m.lora_bias.get(adapters[0], False)
-        ):
-            return None
+    if any(_plain_lora_adapter(m) is None for _, m in lora):
+        return None
     return lora or None
 
 
@@ -69,24 +75,16 @@ class LinearParts:
 def linear_parts(m: torch.nn.Module) -> LinearParts | None:
     """The parts of a frozen `nn.Linear` or a plain LoRA Linear around one; None when the module
     must keep its own forward (LoRA dropout, disabled adapters, mixed dtypes, trainable base)."""
-    from peft.tuners.lora import Linear as LoraLinear
-
     if type(m) is torch.nn.Linear:
         if m.weight.requires_grad or (m.bias is not None and m.bias.requires_grad):
             return None
         return LinearParts(m.weight, m.bias, None, None, 0.0)
-    if type(m) is not LoraLinear or m.disable_adapters or m.merged:
+    name = _plain_lora_adapter(m)
+    if name is None or m.disable_adapters:
         return None
-    adapters = list(m.active_adapters)
-    if len(adapters) != 1 or adapters[0] not in m.lora_A:
-        return None
-    name = adapters[0]
     base = m.base_layer
     if (
         type(base) is not torch.nn.Linear
-        or getattr(m, "fan_in_fan_out", False)
-        or m.use_dora.get(name, False)
-        or m.lora_bias.get(name, False)
         or not isinstance(m.lora_dropout[name], torch.nn.Identity)
         or base.weight.requires_grad
         or (base.bias is not None and base.bias.requires_grad)
