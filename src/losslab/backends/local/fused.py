@@ -22,7 +22,7 @@ than the base, trainable base weights) keep PEFT's forward.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -248,14 +248,14 @@ def _replacements(lm: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
 
 
 @contextmanager
-def fused_training_modules(lm: torch.nn.Module) -> Iterator[int]:
-    """Inside the block, `lm`'s SiLU gated MLPs and plain LoRA Linears run fused
-    (`FusedGatedMLP`, `FusedLinear`, sharing the original parameters, so gradients land in the
-    LoRA weights as before); the modules are put back on exit. Yields how many were swapped.
-    Values and gradients equal PEFT's to float round-off (tests/backends/test_fused.py)."""
+def swapped_modules(
+    lm: torch.nn.Module, replacements: list[tuple[str, torch.nn.Module]]
+) -> Iterator[int]:
+    """Inside the block each named submodule of `lm` is the given stand-in; the originals are
+    put back on exit, also after an error. Yields how many were swapped."""
     swapped: list[tuple[torch.nn.Module, str, torch.nn.Module]] = []
     try:
-        for name, stand_in in _replacements(lm):
+        for name, stand_in in replacements:
             parent_name, _, child = name.rpartition(".")
             parent = lm.get_submodule(parent_name) if parent_name else lm
             swapped.append((parent, child, getattr(parent, child)))
@@ -264,3 +264,11 @@ def fused_training_modules(lm: torch.nn.Module) -> Iterator[int]:
     finally:
         for parent, child, original in reversed(swapped):
             setattr(parent, child, original)
+
+
+def fused_training_modules(lm: torch.nn.Module) -> AbstractContextManager[int]:
+    """Inside the block, `lm`'s SiLU gated MLPs and plain LoRA Linears run fused
+    (`FusedGatedMLP`, `FusedLinear`, sharing the original parameters, so gradients land in the
+    LoRA weights as before); the modules are put back on exit. Yields how many were swapped.
+    Values and gradients equal PEFT's to float round-off (tests/backends/test_fused.py)."""
+    return swapped_modules(lm, _replacements(lm))

@@ -59,7 +59,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from losslab.backends.futures import CompletedFuture, LazyFuture
-from losslab.backends.local.fused import plain_lora_layers
+from losslab.backends.local.fused import plain_lora_layers, swapped_modules
 from losslab.backends.local.logprobs import (
     plain_unembedding,
     sequence_logprobs,
@@ -111,31 +111,23 @@ def merged_lora_linears(lm: torch.nn.Module) -> Iterator[bool]:
     if lora is None:
         yield False
         return
-    swapped: list[tuple[torch.nn.Module, str, torch.nn.Module]] = []
-    try:
-        with torch.no_grad():
-            for name, m in lora:
-                adapter = m.active_adapters[0]
-                base = m.base_layer
-                w_out_in = torch.addmm(
-                    base.weight,
-                    m.lora_B[adapter].weight,
-                    m.lora_A[adapter].weight,
-                    alpha=m.scaling[adapter],
-                )
-                linear = torch.nn.Linear(
-                    base.in_features, base.out_features, bias=False, device="meta"
-                )
-                linear.weight = torch.nn.Parameter(w_out_in, requires_grad=False)
-                linear.bias = base.bias
-                parent_name, _, child = name.rpartition(".")
-                parent = lm.get_submodule(parent_name) if parent_name else lm
-                setattr(parent, child, linear)
-                swapped.append((parent, child, m))
+    with torch.no_grad():
+        merged = [(name, _merged_linear(m)) for name, m in lora]
+    with swapped_modules(lm, merged):
         yield True
-    finally:
-        for parent, child, m in reversed(swapped):
-            setattr(parent, child, m)
+
+
+def _merged_linear(m: Any) -> torch.nn.Linear:
+    """A plain Linear holding a plain LoRA Linear's `W + scale * B @ A`."""
+    adapter = m.active_adapters[0]
+    base = m.base_layer
+    w_out_in = torch.addmm(
+        base.weight, m.lora_B[adapter].weight, m.lora_A[adapter].weight, alpha=m.scaling[adapter]
+    )
+    linear = torch.nn.Linear(base.in_features, base.out_features, bias=False, device="meta")
+    linear.weight = torch.nn.Parameter(w_out_in, requires_grad=False)
+    linear.bias = base.bias
+    return linear
 
 
 class GrowingKVLayer(DynamicLayer):

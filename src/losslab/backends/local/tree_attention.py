@@ -48,10 +48,9 @@ class UnitBatch:
 
 @dataclass(frozen=True)
 class TreeLayout:
-    """The units of one packed pass over `n_flat = rows x width` positions."""
+    """The attention units of one packed pass, batched by query length."""
 
     units: tuple[UnitBatch, ...]
-    n_flat: int
 
 
 def _unit_batch(
@@ -94,7 +93,7 @@ def build_tree_layout(
         _unit_batch([q for q, _ in b], [c for _, c in b], n_flat, device)
         for _, b in sorted(buckets.items())
     )
-    return TreeLayout(batches, n_flat)
+    return TreeLayout(batches)
 
 
 def prefix_tree_attention(
