@@ -102,7 +102,12 @@ def test_custom_loss_over_the_memory_budget_runs_two_phase_with_the_same_gradien
     a, b = _trained(fused_svc, tiny_llama), _trained(split_svc, tiny_llama)
     ra = a.forward_backward_custom(rl_batch(0), _ppo_custom).result()
     rb = b.forward_backward_custom(rl_batch(0), _ppo_custom).result()
-    assert ra.metrics == rb.metrics
+    # The two-phase path computes the log-probs in other micro-batches (other matmul shapes), so
+    # float32 rounding differs in the last bits: the loss agrees to the same 1e-6 relative bound
+    # the gradients are held to below (here it is 1 ulp: -15.129214 vs -15.129213).
+    assert ra.metrics.keys() == rb.metrics.keys()
+    for key, value in ra.metrics.items():
+        assert rb.metrics[key] == pytest.approx(value, rel=1e-6), key
     assert _norm(a.lora_grads()) > 1e-4
     assert _max_abs(a.lora_grads(), b.lora_grads()) <= 1e-6 * max(1.0, _norm(a.lora_grads()))
 
