@@ -259,3 +259,28 @@ def test_bad_power_arguments_are_named() -> None:
         exact_power(0.5, 0.2, 100, ALPHA, D_RANGE, 0.0)
     with pytest.raises(ValueError, match="has no power model"):
         criterion_power(RULE.criteria[0], 100, ALPHA, method="bootstrap")
+
+
+def test_multi_seed_inconclusive_record_says_seeds_cannot_settle_it() -> None:
+    rng = np.random.default_rng(11)
+    ids = [str(i) for i in range(300)]
+    per_seed = {}
+    for s in (0, 1):
+        t, b = _items(rng, 300, 0.3, 0.03)
+        per_seed[s] = PairedOutcomes.from_arrays(
+            {"treatment": {"accuracy": t}, "baseline": {"accuracy": b}}, item_ids=ids
+        )
+    record = decide_over_seeds(RULE, per_seed)
+    assert record["verdict"] == "inconclusive"
+    # the deciding D is the per-item mean over the 2 seeds: (4) with its sd, n = 300 items
+    d_N = np.mean(
+        [
+            o.values["treatment"]["accuracy"] - o.values["baseline"]["accuracy"]
+            for o in per_seed.values()
+        ],
+        axis=0,
+    )
+    expected = items_to_settle(d_N.mean(), d_N.std(ddof=1), ALPHA, D_RANGE, 0.0)
+    assert record["to_settle"]["n_items"] == expected
+    assert record["statement"].startswith("2 training seeds (0, 1)")
+    assert "More training seeds would not settle it" in record["statement"]

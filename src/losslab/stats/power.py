@@ -21,7 +21,8 @@ below have sigma(delta)^2 = A + B delta - delta^2, so with k = z^2 / n squaring 
 
     (1 + k) delta^2 - (2 t + k B) delta + (t^2 - k A) = 0,                                     (2)
 
-whose larger root is the MDE (the smaller belongs to delta < t, i.e. to the power 1 - 80% branch).
+whose larger root is the MDE (the smaller solves delta = t - z sigma / sqrt(n): power beta).
+With S seeds (below), k = z^2 / (n S).
 
 - **Discordance model** (two arms with weights +w and -w, binary outcomes at the bounds, e.g.
   treatment minus baseline accuracy): an item is discordant with probability d (the arms disagree).
@@ -53,8 +54,9 @@ effect of its size. Solving (1) for n at a fixed delta and sigma (h depends on n
     sqrt(n) |delta - margin| = R sqrt(ln(2 / alpha) / 2) + z sigma
     n = ceil(((R sqrt(ln(2 / alpha) / 2) + z sigma) / |delta - margin|)^2).                   (4)
 
-**Exact McNemar** (reported beside the verdict, never deciding) has, by the usual normal
-approximation of b - c given m (Connor 1987; mean n delta/s, variance n (d - (delta/s)^2)),
+**Exact McNemar** (reported beside the verdict, never deciding): with u = delta / s, b - c has
+mean n u and variance n (d - u^2), and the test rejects when b - c > z_{1 - alpha/2} sqrt(b + c),
+sqrt(b + c) ~ sqrt(n d); the usual normal approximation (Connor 1987) gives
 
     power ~= Phi((u sqrt(n) - z_{1 - alpha/2} sqrt(d)) / sqrt(d - u^2)),   u = delta / s.      (5)
 
