@@ -479,5 +479,79 @@ def report(
     typer.echo(f"facts: {paths.json_path.resolve()}")
 
 
+# --- compare: the paired verdict from two per-item result files (losslab.stats.compare) ---
+
+
+@app.command()
+def compare(
+    a: str = typer.Argument(..., help="Treatment's per-item results (positive weight)."),
+    b: str = typer.Argument(..., help="Baseline's per-item results, on the same items."),
+    plan: str | None = typer.Option(
+        None, "--plan", help="Use this plan's decision rule (else the rule given by the options)."
+    ),
+    method: str | None = typer.Option(None, "--method", help="Decision method: paired_hoeffding."),
+    alpha: float | None = typer.Option(None, "--alpha", help="Two-sided level (default 0.05)."),
+    margin: float | None = typer.Option(
+        None,
+        "--margin",
+        help="Pre-registered margin on A minus B (default 0; < 0: non-inferiority).",
+    ),
+    metric: str | None = typer.Option(
+        None,
+        "--metric",
+        help="Criterion metric of a losslab eval file: accuracy (field correct), reward, format "
+        "(default accuracy). An lm-eval file's value stands in for it.",
+    ),
+    lm_eval_metric: str | None = typer.Option(
+        None, "--lm-eval-metric", help="lm-eval per-item metric (exact_match, acc, ...)."
+    ),
+    lm_eval_filter: str | None = typer.Option(
+        None, "--filter", help="lm-eval filter (strict-match, flexible-extract, none, ...)."
+    ),
+    out: str | None = typer.Option(None, "--out", "-o", help="Write the verdict record (JSON)."),
+) -> None:
+    """The paired verdict on A minus B from two per-item result files.
+
+    Each file is a losslab eval file (eval_<arm>.jsonl; items by `id`) or lm-evaluation-harness
+    `--log_samples` output (samples_<task>_<date>.jsonl; items by `doc_id`; name the metric and
+    filter when the file holds several). Files that score different items are refused, naming
+    the first item only one has. Exit codes: 0 a verdict (validated, refuted or inconclusive),
+    2 bad input.
+    """
+    from losslab.atomic import atomic_write_json
+    from losslab.stats.compare import command_line_rule, compare_files, summary_lines
+
+    rule_options = {"--method": method, "--alpha": alpha, "--margin": margin, "--metric": metric}
+    given = [name for name, value in rule_options.items() if value is not None]
+    loaded = None
+    try:
+        if plan is not None:
+            if given:
+                raise ValueError(
+                    f"pass either --plan or a rule ({', '.join(given)}), not both: the plan's "
+                    "decision rule is the pre-registered one"
+                )
+            from losslab.plan import load_plan
+
+            loaded = load_plan(plan)
+            rule = loaded.decision_rule
+        else:
+            rule = command_line_rule(
+                method=method or "paired_hoeffding",
+                alpha=0.05 if alpha is None else alpha,
+                margin=0.0 if margin is None else margin,
+                metric=metric or "accuracy",
+            )
+        record = compare_files(
+            a, b, rule, plan=loaded, lm_eval_metric=lm_eval_metric, lm_eval_filter=lm_eval_filter
+        )
+    except ValueError as e:  # PlanError, ItemMismatch, a damaged or unknown file
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo("\n".join(summary_lines(record)))
+    if out is not None:
+        typer.echo(f"wrote {atomic_write_json(out, record, indent=1)}")
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()

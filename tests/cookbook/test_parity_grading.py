@@ -125,6 +125,12 @@ def test_prompt_tokens_match_math_env(tokenizer):
         "no box, 72",
         "\\boxed{71}",
         "\\boxed 72",
+        # tests/tasks/test_grading.py's golden cases: `#### N`, a box, a tail over 300 characters
+        "Adding up: 72 clips.\n#### 72" + " The total is the sum of the parts, checked twice." * 7,
+        "Adding up: \\boxed{72}" + " The total is the sum of the parts, checked twice." * 7,
+        "\\boxed{72}\n#### 71",
+        "#### 72\n\\boxed{71}",
+        "#### 72",
     ],
 )
 def test_reward_matches_math_env_step(tokenizer, text, stopped):

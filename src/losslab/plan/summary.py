@@ -2,7 +2,8 @@
 
 Every engine value says whether it came from the plan file or from losslab's default, every loss
 says which registry spec it resolves to and from where, and the decision rule says the CI
-half-width it implies at the eval's n, i.e. the smallest gap it can call `validated`.
+half-width it implies at the eval's n, i.e. the smallest gap it can call `validated`, and the
+minimum detectable effect at 80% power.
 """
 
 from __future__ import annotations
@@ -134,6 +135,7 @@ def plan_summary(plan: Plan) -> str:
     lines.append(
         "  also reported, never deciding: exact McNemar, paired-t, empirical-Bernstein CIs"
     )
+    lines += _power_lines(plan)
 
     # --- budget ---
     b = plan.budget
@@ -155,6 +157,25 @@ def plan_summary(plan: Plan) -> str:
         lines += ["", "Warnings"]
         lines += [f"  {w}" for w in plan.warnings]
     return "\n".join(lines)
+
+
+def _power_lines(plan: Plan) -> list[str]:
+    """The rule's minimum detectable effect at 80% power (`losslab.stats.power`), per criterion.
+
+    Imported here, not at the top: `losslab.plan` imports nothing above it at import time, and
+    only `plan show` needs the power model (it already loads `losslab.stats` for the cost)."""
+    from losslab.stats.power import DEFAULT_DISCORDANCE, rule_power
+
+    out = []
+    for result in rule_power(plan.decision_rule, plan.eval.n_examples):
+        head, *rest = result.lines()
+        out.append(f"  {result.criterion}: {head}")
+        out += [f"  {line}" for line in rest]
+    out.append(
+        f"  (assumed discordance {DEFAULT_DISCORDANCE:g} = share of items the two final "
+        "checkpoints disagree on; why: losslab.stats.power.DEFAULT_DISCORDANCE)"
+    )
+    return out
 
 
 def recorded_texts(plan: Plan) -> list[tuple[str, str]]:

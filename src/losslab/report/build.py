@@ -19,6 +19,7 @@ from typing import Any
 from losslab.artifacts import ArtifactError, read_object, read_rows
 from losslab.atomic import atomic_write_json, atomic_write_text
 from losslab.report import plots
+from losslab.report.audit import grader_audit, power_facts
 from losslab.report.html import render_html
 from losslab.report.items import base_model_facts, flipped_items
 from losslab.report.preflight import preflight_summary
@@ -210,7 +211,9 @@ def collect(run_dir: Path) -> dict[str, Any]:
         "paired": paired,
         "units": units,
         "flipped": flipped_items(present, base_rows, units, roles),
-        "verdict": _read_json(run_dir / "verdict.json"),
+        "verdict": (verdict := _read_json(run_dir / "verdict.json")),
+        "power": power_facts(plan, verdict),
+        "grader_audit": grader_audit(present),
         "environment": {
             **(manifest.get("environment") or {}),
             "losslab_version": manifest.get("losslab_version"),

@@ -446,6 +446,43 @@ def _flipped(groups: list[dict[str, Any]] | None) -> str:
     return "".join(out)
 
 
+def _power(power: dict[str, Any] | None) -> str:
+    if not power:
+        return '<p class="muted">no decision rule with an eval size in the plan</p>'
+    lines = [line for p in power["assumed"] for line in p["lines"]]
+    out = f"<pre id='power-assumed'>{escape(chr(10).join(lines))}</pre>"
+    if power.get("measured"):
+        lines = [line for p in power["measured"] for line in p["lines"]]
+        out += (
+            "<p>At the discordance the final evaluation measured (share of items the arms "
+            f"disagree on):</p><pre id='power-measured'>{escape(chr(10).join(lines))}</pre>"
+        )
+    else:
+        out += '<p class="muted">no measured discordance (no binary paired evaluation yet)</p>'
+    return out
+
+
+def _grader_audit(audit: dict[str, Any] | None) -> str:
+    from losslab.report.audit import MAX_LISTED, audit_rows
+
+    if not audit or not audit.get("available"):
+        reason = (audit or {}).get("reason", "not run")
+        return f'<p class="muted">not run: {escape(str(reason))}</p>'
+    out = [
+        f"<p>{escape(audit['grader'])} re-grades every evaluated completion with its own "
+        "extraction and equivalence check; listed are the items where it disagrees with the "
+        "recorded grade. It changes no grade and not the verdict.</p>"
+    ]
+    for unit, facts in audit["units"].items():
+        found = facts["disagreements"]
+        out.append(f"<h3>{escape(str(unit))}: {len(found)} of {facts['items']} items disagree</h3>")
+        if found:
+            out.append(_rows_table(audit_rows(facts)))
+            if len(found) > MAX_LISTED:
+                out.append(f'<p class="muted">first {MAX_LISTED} listed; report.json has all.</p>')
+    return "".join(out)
+
+
 def _rows_table(rows: list[dict[str, Any]]) -> str:
     keys: list[str] = []
     for r in rows:
@@ -610,6 +647,12 @@ def render_html(facts: dict[str, Any], images: dict[str, tuple[str, str]]) -> st
 
     s.append('<section id="flipped"><h2>Flipped items (the discordant pairs)</h2>')
     s.append(_flipped(facts.get("flipped")) + "</section>")
+
+    s.append('<section id="power"><h2>Power of the decision rule</h2>')
+    s.append(_power(facts.get("power")) + "</section>")
+
+    s.append('<section id="grader-audit"><h2>Second grader (math-verify) vs the grades</h2>')
+    s.append(_grader_audit(facts.get("grader_audit")) + "</section>")
 
     s.append('<section id="environment"><h2>Environment</h2>')
     s.append(_kv_table(facts.get("environment")) + "</section>")

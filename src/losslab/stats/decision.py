@@ -14,6 +14,7 @@ The interval covers test-set sampling for these fixed checkpoints, not training-
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -28,6 +29,7 @@ from losslab.stats.paired import (
     mcnemar_exact,
     paired_t_ci,
 )
+from losslab.stats.power import ToSettle, to_settle
 
 VerdictWord = Literal["validated", "refuted", "inconclusive"]
 
@@ -153,6 +155,9 @@ class Verdict:
     estimand: str | None = None
     unit: str | None = None
     seeds: list[int] = field(default_factory=list)
+    to_settle: dict[str, Any] | None = None
+    """For an inconclusive verdict, the test items that would settle an effect of the observed
+    size (`losslab.stats.power.to_settle`); None otherwise."""
 
     @property
     def primary(self) -> CriterionResult:
@@ -188,6 +193,7 @@ class Verdict:
             "unit": self.unit,
             "seeds": self.seeds,
             "criteria": [asdict(c) for c in self.criteria],
+            "to_settle": self.to_settle,
         }
 
 
@@ -412,6 +418,7 @@ def decide(
         for c in decision_rule.criteria
     ]
     word = _overall([r.verdict for r in results])
+    settle = _to_settle(results, decision_rule.alpha) if word == "inconclusive" else None
     return Verdict(
         verdict=word,
         method=decision_rule.method,
@@ -419,8 +426,25 @@ def decide(
         n=outcomes.n,
         criteria=results,
         statement=_statement(results[0], results[0].verdict, decision_rule.alpha, plan, seeds)
-        + _others(results, word),
+        + _others(results, word)
+        + ("" if settle is None else " " + settle.statement),
         estimand=decision_rule.estimand,
         unit=decision_rule.unit,
         seeds=list(decision_rule.seeds),
+        to_settle=None if settle is None else settle.to_dict(),
+    )
+
+
+def _to_settle(results: Sequence[CriterionResult], alpha: float) -> ToSettle | None:
+    """`to_settle` for the first inconclusive criterion, with the per-item sd of its D (the
+    paired-t analysis's; with one item, the largest sd D's range allows at its mean)."""
+    result = next((r for r in results if r.verdict == "inconclusive"), None)
+    if result is None:
+        return None
+    low, high = result.d_range
+    sd = result.secondary["paired_t"]["details"].get("sd")
+    if sd is None:
+        sd = math.sqrt(max(0.0, (high - result.estimate) * (result.estimate - low)))
+    return to_settle(
+        result.id, result.estimate, float(sd), result.n, alpha, (low, high), result.margin
     )

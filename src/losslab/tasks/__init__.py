@@ -11,11 +11,14 @@ from losslab.tasks.base import (
     overlap_audit,
 )
 from losslab.tasks.grading import (
+    GraderDisagreement,
     extract_boxed,
     extract_gsm8k_answer,
     extract_last_number,
     grade_answer,
     grade_answer_with_timeout,
+    grader_disagreements,
+    math_verify_grade,
     normalize_numeric,
     numeric_equal,
 )
@@ -29,6 +32,7 @@ __all__ = [
     "GSM8K_SUFFIX",
     "ChatRenderer",
     "Grade",
+    "GraderDisagreement",
     "Gsm8kTask",
     "OverlapReport",
     "Problem",
@@ -41,6 +45,8 @@ __all__ = [
     "extract_last_number",
     "grade_answer",
     "grade_answer_with_timeout",
+    "grader_disagreements",
+    "math_verify_grade",
     "load_gsm8k_rows",
     "make_task",
     "normalize_numeric",

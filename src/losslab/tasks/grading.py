@@ -15,21 +15,33 @@ Two graders live here, one per kind of task:
 
 `extract_boxed` is the cookbook's brace scan: the contents of the `\\boxed{...}` that closes last;
 a stray `}` anywhere means no answer (the cookbook raises "Unmatched }"); a bare `\\boxed 2` is
-read only when there is no braced box.
+read only when there is no braced box. Only the box counts: a `#### N` line (GSM8K's reference
+format) is not an answer, and the whole completion is read (no clipping to its last 300
+characters, as verl's GSM8K reward does).
+
+`grader_disagreements` is a second opinion: Hugging Face's `math-verify` (its own extraction from
+the whole completion and its own equivalence check), listing the items where it and the grade
+losslab recorded disagree. It never changes a grade; the report lists what it finds.
 """
 
 from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
 from decimal import Decimal, InvalidOperation
+from typing import Any
 
 __all__ = [
+    "GraderDisagreement",
     "extract_boxed",
     "extract_gsm8k_answer",
     "extract_last_number",
     "grade_answer",
     "grade_answer_with_timeout",
+    "grader_disagreements",
+    "math_verify_grade",
     "normalize_numeric",
     "numeric_equal",
 ]
@@ -412,3 +424,69 @@ def numeric_equal(prediction: str | None, target: str) -> bool:
         return False
     got, want = normalize_numeric(prediction), normalize_numeric(target)
     return got is not None and want is not None and got == want
+
+
+# ----------------------------------------------------------------------------- second opinion
+MATH_VERIFY_TIMEOUT_S = 5
+"""math-verify's own per-call limit (its default). It is a SIGALRM alarm, which only the main
+thread may set: elsewhere math-verify runs without one."""
+
+
+def math_verify_grade(completion: str, reference: str) -> tuple[bool, str | None]:
+    """(correct, extracted answer) by math-verify: `parse` reads the completion with its default
+    extraction (a `\\boxed{}` first, else the LaTeX or plain expressions it finds), `verify`
+    compares it with the parsed reference. Unparseable input is (False, None), never an error."""
+    from math_verify import parse, verify
+
+    main = threading.current_thread() is threading.main_thread()
+    timeout = MATH_VERIFY_TIMEOUT_S if main else None
+    gold = parse(reference, parsing_timeout=timeout)  # type: ignore[arg-type]
+    answer = parse(completion, parsing_timeout=timeout)  # type: ignore[arg-type]
+    if not answer:
+        return False, None
+    return bool(verify(gold, answer, timeout_seconds=timeout)), str(answer[-1])
+
+
+@dataclass(frozen=True)
+class GraderDisagreement:
+    """One item losslab's recorded grade and math-verify judge differently."""
+
+    id: str
+    reference: str
+    losslab_prediction: str | None
+    losslab_correct: bool
+    math_verify_prediction: str | None
+    math_verify_correct: bool
+    completion_tail: str
+    """The completion's last 200 characters (where the answer usually is)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _field(item: Any, name: str) -> Any:
+    return item.get(name) if isinstance(item, Mapping) else getattr(item, name, None)
+
+
+def grader_disagreements(items: Iterable[Any]) -> list[GraderDisagreement]:
+    """Items (EvalItem or rows of eval_<arm>.jsonl: id, answer, prediction, correct, completion)
+    on which math-verify's grade of the completion differs from the recorded `correct`."""
+    out = []
+    for item in items:
+        reference = str(_field(item, "answer"))
+        completion = str(_field(item, "completion") or "")
+        recorded = bool(_field(item, "correct"))
+        verdict, extracted = math_verify_grade(completion, reference)
+        if verdict != recorded:
+            out.append(
+                GraderDisagreement(
+                    id=str(_field(item, "id")),
+                    reference=reference,
+                    losslab_prediction=_field(item, "prediction"),
+                    losslab_correct=recorded,
+                    math_verify_prediction=extracted,
+                    math_verify_correct=verdict,
+                    completion_tail=completion[-200:],
+                )
+            )
+    return out
