@@ -4,23 +4,24 @@ Each module here defines `FRAMEWORK = Framework(...)` (the protocol: `base.Frame
 everything about its framework: how a revision's arguments become the function's effective
 parameters, the loss family of each configuration, the function's input layout inside the
 pinned runner, losslab's re-derivation of its formula where there is one, and the
-`losslab.losses` configuration that reproduces it. `FRAMEWORKS` lists them: adding a framework
-is one module plus one line there (docs/contributing.md).
+`losslab.losses` configuration that reproduces it. `FRAMEWORK_MODULES` lists them, one line
+each, like `backends.BACKENDS`: adding a framework is one module plus one line there
+(docs/contributing.md).
 
 `resolve_reference` maps a revision to its framework and effective parameters; `rederive`
-runs a framework's re-derivation and labels it as such. Nothing below imports this package's
-`__init__` (framework modules import `base`), so dependencies point one way:
+runs a framework's re-derivation and labels it as such. No framework module imports this
+`__init__` or anything above it (they import `base`), so dependencies point one way:
 preflight/crosscheck/golden/pinned -> frameworks -> (fixtures, plan.Revision).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from typing import Any
 
 import torch
 
-from losslab.conformance.frameworks import prime_rl, skyrl, spindle, stable_rl, verl
 from losslab.conformance.frameworks.base import (  # noqa: F401 - the protocol, re-exported
     LOSS_FAMILIES,
     Framework,
@@ -35,21 +36,29 @@ from losslab.conformance.frameworks.base import (  # noqa: F401 - the protocol, 
 )
 from losslab.plan import Revision, RevisionError
 
-FRAMEWORKS: tuple[Framework, ...] = (
-    prime_rl.FRAMEWORK,
-    skyrl.FRAMEWORK,
-    spindle.FRAMEWORK,
-    stable_rl.FRAMEWORK,
-    verl.FRAMEWORK,
+FRAMEWORK_MODULES: tuple[str, ...] = (
+    "losslab.conformance.frameworks.prime_rl",
+    "losslab.conformance.frameworks.skyrl",
+    "losslab.conformance.frameworks.spindle",
+    "losslab.conformance.frameworks.stable_rl",
+    "losslab.conformance.frameworks.verl",
 )
+"""The registry: the module holding each framework's `FRAMEWORK`, one line each (imported when
+the registry is first read)."""
 
 
 def registry() -> dict[str, Framework]:
-    """Every registered framework by name; FrameworkDefinitionError when two share a name or
-    a `repo::function`."""
+    """Every registered framework by name, in `FRAMEWORK_MODULES` order;
+    FrameworkDefinitionError when a module has no `FRAMEWORK` or two share a name or a
+    `repo::function`."""
     out: dict[str, Framework] = {}
     adapted: dict[tuple[str, str], str] = {}
-    for fw in FRAMEWORKS:
+    for path in FRAMEWORK_MODULES:
+        fw = getattr(importlib.import_module(path), "FRAMEWORK", None)
+        if not isinstance(fw, Framework):
+            raise FrameworkDefinitionError(
+                f"{path} (in FRAMEWORK_MODULES) defines no FRAMEWORK = Framework(...)"
+            )
         if fw.name in out:
             raise FrameworkDefinitionError(f"framework {fw.name!r} is registered twice")
         for function in fw.functions:
