@@ -239,6 +239,11 @@ def crosscheck(
         "registered framework's example revision plus convention variants).",
     ),
     fixture: str = typer.Option("stress", help="'stress' (default) or 'setA'."),
+    family: str = typer.Option(
+        "dppo",
+        help="The loss family compared (losslab.conformance.LOSS_FAMILIES): every registered "
+        "implementation of it; a --revision of another family is refused.",
+    ),
     out: str | None = typer.Option(None, "--out", "-o", help="Write the matrix as JSON here."),
     html_out: str | None = typer.Option(None, "--html", help="Write an HTML page here."),
     allow_rederivation: bool = typer.Option(
@@ -246,9 +251,10 @@ def crosscheck(
     ),
     offline: bool = typer.Option(False, "--offline", help="Never fetch."),
 ) -> None:
-    """Run one fixture through every registered DPPO implementation (from pinned sources) and
-    losslab's matching configurations; print the pairwise matrix (tokens whose gradient differs
-    / gradient cosine) and write it as JSON and HTML."""
+    """Run one fixture through every registered implementation of a loss family (default: every
+    DPPO implementation, from pinned sources) and losslab's matching configurations; print the
+    pairwise matrix (tokens whose gradient differs / gradient cosine) and write it as JSON and
+    HTML."""
     from losslab.conformance.crosscheck import crosscheck as run_crosscheck
     from losslab.conformance.crosscheck import write_html
     from losslab.conformance.fixtures import generate_fixture, stress_spec
@@ -275,7 +281,12 @@ def crosscheck(
     fx = generate_fixture(stress_spec() if fixture == "stress" else None)
     try:
         result = run_crosscheck(
-            revisions, fx, sources, allow_rederivation=allow_rederivation, offline=offline
+            revisions,
+            fx,
+            sources,
+            allow_rederivation=allow_rederivation,
+            offline=offline,
+            family=family,
         )
     except (PreflightError, PinnedSourceError, RevisionError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)

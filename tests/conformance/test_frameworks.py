@@ -9,10 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from losslab.conformance.frameworks import class_defaults, framework_for, registry
+from losslab.conformance.frameworks import (
+    class_defaults,
+    framework_for,
+    registry,
+    resolve_reference,
+)
 from losslab.conformance.pinned import GitFiles, PinnedSourceError, extract
 from losslab.conformance.pinned_runner import _load
-from losslab.conformance.references import resolve_reference
 from losslab.plan import RevisionError, parse_revision
 
 FILES = {

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from losslab.conformance.fixtures import FixtureSpec, generate_fixture
+from losslab.conformance.frameworks import rederive, resolve_reference
 from losslab.conformance.metrics import compare
 from losslab.conformance.pinned import (
     GitFiles,
@@ -18,7 +19,6 @@ from losslab.conformance.pinned import (
     parse_sources,
     run_pinned,
 )
-from losslab.conformance.references import rederive, resolve_reference
 from losslab.plan import parse_revision
 
 from .conftest import SPINDLE_PATH, VERL_PATH, RefRepo

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from losslab.conformance.references import resolve_reference
+from losslab.conformance.frameworks import resolve_reference
 from losslab.plan import RevisionError, parse_revision
 
 PLAN = Path(__file__).resolve().parents[2] / "examples" / "gsm8k_dppo_vs_grpo.json"

@@ -102,8 +102,8 @@ def test_each_mutation_fails_and_is_classified(
 def test_classifier_names_the_config_default_cap() -> None:
     # a reference run with verl's/Stable-RL's ActorConfig cap (c = 3.0) against ours at c = 10
     from losslab.conformance.classify import classify
+    from losslab.conformance.frameworks import rederive, resolve_reference
     from losslab.conformance.metrics import Tolerance
-    from losslab.conformance.references import rederive, resolve_reference
     from losslab.plan import parse_revision
 
     fx = generate_fixture(stress_spec())

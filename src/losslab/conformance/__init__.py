@@ -10,7 +10,8 @@ check_golden("tinker_ppo_and_dppo_seed0.json").passed
 matrix = crosscheck()                          # every registered DPPO implementation, pairwise
 ```
 
-Frameworks (one adapter module each) live in `frameworks/`; adding one is one file.
+Frameworks (one adapter module each, owning its re-derivation) live in `frameworks/`; adding one
+is one module plus one line in `frameworks.FRAMEWORKS`.
 
 Module conformance of objective libraries (`losslab conform`) lives in `modules.py`.
 """
@@ -26,7 +27,16 @@ from losslab.conformance.fixtures import (  # noqa: F401
     generate_fixture,
     stress_spec,
 )
-from losslab.conformance.frameworks import Framework, LosslabConfig, registry  # noqa: F401
+from losslab.conformance.frameworks import (  # noqa: F401
+    LOSS_FAMILIES,
+    Framework,
+    LosslabConfig,
+    ReferenceResult,
+    ResolvedReference,
+    rederive,
+    registry,
+    resolve_reference,
+)
 from losslab.conformance.golden import (  # noqa: F401
     GoldenFileError,
     GoldenReport,
@@ -49,11 +59,5 @@ from losslab.conformance.preflight import (  # noqa: F401
     PreflightError,
     run_preflight,
     write_report,
-)
-from losslab.conformance.references import (  # noqa: F401
-    ReferenceResult,
-    ResolvedReference,
-    rederive,
-    resolve_reference,
 )
 from losslab.plan import Revision, RevisionError, parse_revision  # noqa: F401

@@ -1,6 +1,9 @@
-"""`losslab crosscheck`: one fixture through every registered DPPO implementation and losslab.
+"""`losslab crosscheck`: one fixture through every registered implementation of one loss family
+(default "dppo": every DPPO implementation) and losslab.
 
-Each implementation is a revision of a registered framework (`frameworks/`), executed from its
+Each implementation is a revision of a registered framework (`frameworks/`) whose configuration
+is a loss of that family (`ResolvedReference.loss_family`; an adapter of another family is never
+counted, and a revision of another family is refused), executed from its
 pinned source (a `--source` checkout, else fetched into the cache; Spindle, which has no
 fetchable commit, is re-derived and labelled so), plus, for each, the `losslab.losses`
 configuration that its adapter says reproduces it. The result is a pairwise matrix over all of
@@ -21,39 +24,32 @@ import numpy as np
 import torch
 
 from losslab.conformance.fixtures import Fixture, generate_fixture, stress_spec
+from losslab.conformance.frameworks import LOSS_FAMILIES, registry, resolve_reference
 from losslab.conformance.ours import config_losses, run_ours
 from losslab.conformance.provenance import provenance_of
-from losslab.conformance.references import resolve_reference
 from losslab.plan import parse_revision
 
 TOKEN_RTOL = 1e-6  # a token "differs" if |Δg| > 1e-6 * max(1, |g_ref|) (team notes §2.2)
 
 
-def default_revisions() -> list[tuple[str, str]]:
-    """(name, revision) of every registered framework's example revision, plus the variants that
-    show a convention: verl without bypass (mask and weight against old), verl with its
-    ActorConfig cap (c unset = 3.0), Stable-RL's *_recompute, SkyRL without rollout log-probs
-    and prime-rl without its KL term."""
-    from losslab.conformance.frameworks import registry
-
+def default_revisions(family: str = "dppo") -> list[tuple[str, str]]:
+    """(name, revision) of every registered framework's example revisions whose configuration is
+    a `family` loss, in registry order (each framework's `example_revisions` show its
+    conventions: verl with and without bypass and with its ActorConfig cap, Stable-RL's
+    *_recompute, SkyRL without rollout log-probs, prime-rl without its KL term)."""
+    _check_family(family)
     out = []
-    for name, fw in registry().items():
-        out += [(name, rev) for rev in fw.example_revisions]
-    variants = {
-        "verl_nonbypass": ("verl", ("bypass_mode=True", "bypass_mode=False")),
-        "verl_c_default": ("verl", ("clip_ratio_c=10, ", "")),
-        "stable_rl_recompute": ("stable_rl", ("'dppo_binary_tv'", "'dppo_binary_tv_recompute'")),
-        "skyrl_no_rollout": (
-            "skyrl",
-            ("delta_high=0.15)", "delta_high=0.15, use_rollout_logprobs=False)"),
-        ),
-        "prime_rl_kl0": ("prime_rl", ("dppo_mask_high=0.15)", "dppo_mask_high=0.15, kl_tau=0)")),
-    }
-    base = dict(out)
-    for name, (fw_name, (old, new)) in variants.items():
-        if fw_name in base and old in base[fw_name]:
-            out.append((name, base[fw_name].replace(old, new)))
+    for fw in registry().values():
+        if family in fw.families:
+            for name, text in fw.example_revisions.items():
+                if resolve_reference(parse_revision(text)).loss_family == family:
+                    out.append((name, text))
     return out
+
+
+def _check_family(family: str) -> None:
+    if family not in LOSS_FAMILIES:
+        raise ValueError(f"loss family {family!r}; expected one of {sorted(LOSS_FAMILIES)}")
 
 
 def _entry(name: str, kind: str, result: Any, convention: str, label: str) -> dict[str, Any]:
@@ -75,13 +71,22 @@ def run_implementations(
     fetch: bool = True,
     allow_rederivation: bool = False,
     offline: bool = False,
+    family: str = "dppo",
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Run each revision (pinned) and its losslab configuration; (entries, implementation info)."""
+    """Run each revision (pinned) and its losslab configuration; (entries, implementation info).
+    ValueError naming the revision when its configuration is not a `family` loss."""
     from losslab.conformance.preflight import _obtain
 
+    _check_family(family)
+    refs = [(name, text, resolve_reference(parse_revision(text))) for name, text in revisions]
+    for name, text, ref in refs:
+        if ref.loss_family != family:
+            raise ValueError(
+                f"--revision {name}={text}: a {ref.loss_family!r} loss ({ref.framework.name} "
+                f"{ref.loss_name}); this crosscheck compares {family!r} implementations"
+            )
     entries, info = [], []
-    for name, text in revisions:
-        ref = resolve_reference(parse_revision(text))
+    for name, text, ref in refs:
         res = _obtain(
             ref,
             fixture,
@@ -106,6 +111,7 @@ def run_implementations(
         record = {
             "name": name,
             "revision": text,
+            "framework": ref.framework.name,
             "provenance": prov,
             "effective_params": ref.params,
             "notes": list(ref.notes),
@@ -163,16 +169,19 @@ def crosscheck(
     offline: bool = False,
     grad_tol: float = 1e-5,
     value_tol: float = 1e-5,
+    family: str = "dppo",
 ) -> dict[str, Any]:
-    """The pairwise matrix (see module docstring) as a JSON-ready dict."""
+    """The pairwise matrix (see module docstring) as a JSON-ready dict; `revisions` default to
+    `default_revisions(family)`."""
     fixture = fixture or generate_fixture(stress_spec())
     entries, info = run_implementations(
-        revisions or default_revisions(),
+        revisions or default_revisions(family),
         fixture,
         sources or {},
         fetch=fetch,
         allow_rederivation=allow_rederivation,
         offline=offline,
+        family=family,
     )
     names = [e["name"] for e in entries]
     matrix: dict[str, dict[str, Any]] = {}
@@ -189,6 +198,7 @@ def crosscheck(
             row[b["name"]] = cell
         matrix[a["name"]] = row
     return {
+        "family": family,
         "fixture": {
             "sha256": fixture.sha256(),
             "description": fixture.description(),
@@ -238,7 +248,7 @@ def html_section(result: Mapping[str, Any]) -> str:
         for i in result["implementations"]
     )
     return (
-        '<section id="crosscheck"><h2>Cross-framework DPPO crosscheck</h2>'
+        f'<section id="crosscheck"><h2>Cross-framework crosscheck: {esc(result["family"])}</h2>'
         f"<p>Fixture: {esc(result['fixture']['description'])} (sha256 "
         f"{esc(result['fixture']['sha256'][:16])}…). Cell = loss tokens whose gradient differs "
         f"({esc(result['token_rule'])}) / cosine of the gradients; green = gradients agree "

@@ -30,23 +30,25 @@ import torch
 
 from losslab.atomic import atomic_write_json
 from losslab.conformance.fixtures import Fixture, FixtureSpec, boundary_margins, generate_fixture
+from losslab.conformance.frameworks import (
+    ReferenceResult,
+    ResolvedReference,
+    rederive,
+    registry,
+    resolve_reference,
+    spindle,
+    stable_rl,
+)
 from losslab.conformance.ours import config_losses, run_ours
 from losslab.conformance.pinned import run_pinned
 from losslab.conformance.provenance import provenance_of
-from losslab.conformance.references import (
-    SPINDLE_LOSS_KEYS,
-    SPINDLE_REPO,
-    STABLE_RL_KEYS,
-    STABLE_RL_REPO,
-    ReferenceResult,
-    ResolvedReference,
-    loss_term_abs_sum,
-    rederive,
-    resolve_reference,
-)
 from losslab.plan import Revision, RevisionError, parse_revision
 
 DEFAULT_TOLERANCE = 1e-6
+# The team's golden format (set A, `tinker_ppo_and_dppo_seed0.json`) predates revisions: it names
+# these two frameworks by output name or `loss_mode`, records Spindle's `loss_config` (and its
+# loss name) as an output's params and Stable-RL's call arguments, not effective parameters.
+_TEAM_FORMAT = (spindle.FRAMEWORK.name, stable_rl.FRAMEWORK.name)
 # Stable-RL params in the set A file that document the call and are not arguments to map.
 _STABLE_RL_DOC_KEYS = frozenset({"rollout_log_prob", "old_log_prob"})
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -125,8 +127,6 @@ def read_golden(path: str | Path) -> dict[str, Any]:
 
 def _revision_for(data: Mapping[str, Any], name: str, out: Mapping[str, Any]) -> Revision:
     """Map one output to a Revision of a registered framework (RevisionError when it can't)."""
-    from losslab.conformance.frameworks import registry
-
     params = dict(out.get("params") or {})
     ref_block = out.get("reference") if isinstance(out.get("reference"), Mapping) else None
     sources = data.get("reference") if isinstance(data.get("reference"), Mapping) else {}
@@ -138,41 +138,41 @@ def _revision_for(data: Mapping[str, Any], name: str, out: Mapping[str, Any]) ->
             raise RevisionError(f"output {name!r}: reference.revision: {err}") from None
     if ref_block is not None:
         repo, function = ref_block.get("repo"), ref_block.get("function")
-        family = {SPINDLE_REPO: "spindle", STABLE_RL_REPO: "stable_rl"}.get(repo)
+        adapter = {spindle.REPO: "spindle", stable_rl.REPO: "stable_rl"}.get(repo)
         commit, path = ref_block.get("commit", "0" * 40), ref_block.get("path", "")
         loss_name = ref_block.get("loss_name")
     elif "loss_mode" in params:
-        family, function, loss_name = "stable_rl", "compute_policy_loss_with_mask", None
+        adapter, function, loss_name = "stable_rl", "compute_policy_loss_with_mask", None
         block = sources.get("stable_rl", {})
-        repo, commit, path = STABLE_RL_REPO, block.get("commit", "0" * 40), block.get("path", "")
+        repo, commit, path = stable_rl.REPO, block.get("commit", "0" * 40), block.get("path", "")
     elif name.startswith("spindle_"):
-        family, function = "spindle", "_loss"
+        adapter, function = "spindle", "_loss"
         rest = name.removeprefix("spindle_")
-        matches = [n for n in SPINDLE_LOSS_KEYS if rest == n or rest.startswith(n + "_")]
+        matches = [n for n in spindle.LOSS_KEYS if rest == n or rest.startswith(n + "_")]
         loss_name = max(matches, key=len) if matches else None
         block = sources.get("spindle", {})
-        repo, commit, path = SPINDLE_REPO, block.get("commit", "0" * 40), block.get("path", "")
+        repo, commit, path = spindle.REPO, block.get("commit", "0" * 40), block.get("path", "")
     else:
         raise RevisionError(
             f"output {name!r}: cannot tell its reference (no 'reference' block, "
             "no Stable-RL loss_mode, no 'spindle_<loss>' name)"
         )
-    if family == "spindle":
-        if loss_name not in SPINDLE_LOSS_KEYS:
+    if adapter == "spindle":
+        if loss_name not in spindle.LOSS_KEYS:
             raise RevisionError(
                 f"output {name!r}: Spindle loss name {loss_name!r} is not one of "
-                f"{sorted(SPINDLE_LOSS_KEYS)}"
+                f"{sorted(spindle.LOSS_KEYS)}"
             )
         config = params.pop("loss_config", params)
         kwargs = {"loss_name": loss_name, **config}
-    elif family == "stable_rl":
-        unknown = set(params) - set(STABLE_RL_KEYS) - _STABLE_RL_DOC_KEYS
+    elif adapter == "stable_rl":
+        unknown = set(params) - set(stable_rl.KEYS) - _STABLE_RL_DOC_KEYS
         if unknown:
             raise RevisionError(
                 f"output {name!r}: Stable-RL params {sorted(unknown)} are not "
-                f"arguments losslab maps ({list(STABLE_RL_KEYS)})"
+                f"arguments losslab maps ({list(stable_rl.KEYS)})"
             )
-        kwargs = {k: v for k, v in params.items() if k in STABLE_RL_KEYS}
+        kwargs = {k: v for k, v in params.items() if k in stable_rl.KEYS}
     else:
         known = ", ".join(fw.repo for fw in registry().values())
         raise RevisionError(
@@ -195,7 +195,7 @@ def _resolved_for(data: Mapping[str, Any], name: str, out: Mapping[str, Any]) ->
     `params`, which record the executed commit's config defaults) over the revision's own."""
     ref = resolve_reference(_revision_for(data, name, out))
     params = out.get("params")
-    if ref.family not in ("spindle", "stable_rl") and isinstance(params, Mapping):
+    if ref.framework.name not in _TEAM_FORMAT and isinstance(params, Mapping):
         ref = dataclasses.replace(ref, params={**ref.params, **dict(params)})
     return ref
 
@@ -216,12 +216,12 @@ def _ours(
         blocked = [~k & (s.loss_mask != 0) for k, s in zip(kept, fixture.sequences, strict=True)]
         result = ReferenceResult(value, per_seq, grads, blocked)
         return result, f"losslab.losses {valued.spec}"
-    if fw.rederive is None:
+    if fw.rederivation is None:
         raise ValueError(
             f"{ref.revision.short}: no losslab configuration reproduces it ({config.reason}) "
             "and losslab has no re-derivation of it"
         )
-    return fw.rederive(ref, fixture, dtype), f"losslab re-derivation ({config.reason})"
+    return rederive(ref, fixture, dtype), f"losslab re-derivation ({config.reason})"
 
 
 def _grad_rows(out: Mapping[str, Any], fixture: Fixture, name: str) -> list[np.ndarray]:
@@ -334,11 +334,11 @@ def check_output(
 def loss_scale(
     ref: ResolvedReference, fixture: Fixture, loss: float, per_sequence: Any = None
 ) -> float:
-    """The loss tolerance scale: `loss_term_abs_sum` where losslab re-derives the reference,
-    else max(1, |loss|, Σ|per-sequence loss|) (no larger than the sum of |token terms|, so the
-    check is never looser)."""
-    if ref.family in ("spindle", "stable_rl"):
-        return loss_term_abs_sum(ref, fixture)
+    """The loss tolerance scale: the re-derivation's `loss_term_abs_sum` where losslab
+    re-derives the reference, else max(1, |loss|, Σ|per-sequence loss|) (no larger than the sum
+    of |token terms|, so the check is never looser)."""
+    if ref.framework.rederivation is not None:
+        return ref.framework.rederivation.loss_term_abs_sum(ref, fixture)
     per = np.abs(np.asarray(per_sequence, dtype=np.float64)).sum() if per_sequence else 0.0
     return float(max(1.0, abs(loss), per))
 
@@ -393,10 +393,8 @@ def _output_entry(
     all_tokens = {}
     if result.source["kind"] == "rederivation":  # pinned sets are inferred on A != 0 only
         all_tokens = {"masked_token_count": blocked, "mask_fraction": blocked / max(loss_tok, 1)}
-    if ref.family == "spindle":
-        params: dict[str, Any] = dict(ref.params["loss_config"])
-    else:
-        params = dict(ref.params)
+    spindle_format = ref.framework.name == spindle.FRAMEWORK.name  # the team's format
+    params = dict(ref.params["loss_config"] if spindle_format else ref.params)
     provenance = result.source.get("provenance") or provenance_of(result.source)
     return {
         "params": params,
@@ -406,7 +404,7 @@ def _output_entry(
             "path": rev.path,
             "function": rev.function,
             "revision": rev.text,
-            "loss_name": ref.loss_name if ref.family == "spindle" else None,
+            "loss_name": ref.loss_name if spindle_format else None,
             "kind": result.source["kind"],
             "label": result.source["label"],
             "file_sha256": result.source.get("file_sha256"),
@@ -442,7 +440,7 @@ def _fetched_or_rederived(
             reason = str(err)
         else:
             return run_pinned(ref, files, fixture)
-    if not allow_rederivation or ref.framework.rederive is None:
+    if not allow_rederivation or ref.framework.rederivation is None:
         raise RevisionError(
             f"revision {text!r}: no --source for {ref.revision.repo} and its pinned source "
             f"cannot be had ({reason}); name a checkout (or allow the re-derivation explicitly)"

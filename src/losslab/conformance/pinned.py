@@ -21,13 +21,11 @@ import ast
 import builtins
 import hashlib
 import importlib.util
-import inspect
 import json
 import os
 import subprocess
 import sys
 import tempfile
-import textwrap
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from losslab.conformance.fixtures import Fixture
-from losslab.conformance.references import ReferenceResult, ResolvedReference
+from losslab.conformance.frameworks import ReferenceResult, ResolvedReference, resolve_reference
 from losslab.plan import Revision, RevisionError
 
 RUNNER = Path(__file__).with_name("pinned_runner.py")
@@ -483,16 +481,6 @@ def extract(
     return ex.finish()
 
 
-def _given_config_keys(rev: Revision) -> set[str]:
-    """Spindle config keys the revision itself sets (its defaults are left to `_loss_config`)."""
-    keys = set(rev.kwargs.get("loss_config") or {}) | (
-        set(rev.kwargs) - {"loss_name", "loss_config"}
-    )
-    if rev.clip_bounds is not None:
-        keys |= {"clip_low_threshold", "clip_high_threshold"}
-    return keys
-
-
 def run_pinned(
     ref: ResolvedReference, checkout: Path | GitFiles, fixture: Fixture, timeout_s: float = 120.0
 ) -> ReferenceResult:
@@ -501,8 +489,6 @@ def run_pinned(
     The revision is re-resolved against the checkout's commit, so parameters the revision leaves
     unset take the defaults of the framework's config classes at that commit (`result.resolved`).
     """
-    from losslab.conformance.references import resolve_reference
-
     rev = ref.revision
     fw = ref.framework
     files = checkout if isinstance(checkout, GitFiles) else GitFiles(checkout, rev)
@@ -521,9 +507,11 @@ def run_pinned(
         "function": rev.function,
         "extra_roots": [r for r in fw.extra_roots if any(r in m.names for m in modules)],
         "framework": fw.name,
-        "call_source": textwrap.dedent(inspect.getsource(fw.call_reference)),
+        "call_source": fw.call_source,
+        "call_name": fw.call_reference.__name__,
         "params": ref.params,
-        "raw_config_keys": sorted(_given_config_keys(rev)),
+        "revision_kwargs": rev.kwargs,
+        "clip_bounds": rev.clip_bounds,
         "sequences": fixture.to_json_dict()["sequences"],
     }
     with tempfile.TemporaryDirectory(prefix="losslab-pinned-") as tmp:

@@ -6,13 +6,16 @@ extracted definitions unchanged, calls the reference through its framework's lay
 (the text of `call_reference` from `losslab.conformance.frameworks.<name>`, sent in the payload)
 and writes the loss, per-sequence losses and the gradient w.r.t. current log-probs as JSON.
 
-The adapter is called as `call_reference(fn, payload, spaces, rt)`: `fn` the pinned function,
-`spaces[name]` the executed namespace of the reference file (for extra roots), and `rt` the
+The adapter is called as `call_reference(fn, payload, space, rt)`: `fn` the pinned function,
+`space` the executed namespace of the reference file (for extra roots), and `rt` the
 helpers below (`rt.pad`, `rt.Config`, `rt.call`, `rt.first`, `rt.split`, `rt.numeric`,
-`rt.padded_outputs`).
+`rt.padded_outputs`). Its text is compiled alone (`adapter_code`) and executed with builtins
+only, so it must be self-contained; `frameworks.base.Framework` checks that with the same
+`adapter_code` when a framework is defined.
 """
 
 from __future__ import annotations
+import __future__
 
 import builtins
 import inspect
@@ -155,6 +158,13 @@ RUNTIME = types.SimpleNamespace(
 )
 
 
+def adapter_code(source: str) -> types.CodeType:
+    """An adapter's `call_reference` text compiled as it runs here: alone, with lazy annotations
+    (so type hints name nothing), to be executed in a namespace holding only builtins."""
+    flags = __future__.annotations.compiler_flag
+    return compile(source, "<losslab adapter>", "exec", flags=flags, dont_inherit=True)
+
+
 def main(argv: list[str]) -> int:
     with open(argv[1], encoding="utf-8") as fh:
         payload = json.load(fh)
@@ -170,8 +180,8 @@ def main(argv: list[str]) -> int:
     root = spaces[payload["root_module"]]
     fn = root[payload["function"]]
     adapter: dict[str, Any] = {"__builtins__": builtins}
-    exec(compile(payload["call_source"], "<losslab adapter>", "exec"), adapter)  # noqa: S102
-    out = adapter["call_reference"](fn, payload, root, RUNTIME)
+    exec(adapter_code(payload["call_source"]), adapter)  # noqa: S102
+    out = adapter[payload["call_name"]](fn, payload, root, RUNTIME)
     with open(argv[2], "w", encoding="utf-8") as fh:
         json.dump(out, fh)
     return 0

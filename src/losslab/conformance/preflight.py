@@ -27,15 +27,16 @@ import torch
 from losslab.atomic import atomic_write_json
 from losslab.conformance.classify import classify
 from losslab.conformance.fixtures import Fixture, generate_fixture, stress_spec
+from losslab.conformance.frameworks import (
+    ReferenceResult,
+    ResolvedReference,
+    rederive,
+    resolve_reference,
+)
 from losslab.conformance.metrics import Tolerance, check_tolerance
 from losslab.conformance.ours import run_ours
 from losslab.conformance.pinned import PinnedSourceError, run_pinned
 from losslab.conformance.provenance import provenance_of
-from losslab.conformance.references import (
-    ReferenceResult,
-    ResolvedReference,
-    resolve_reference,
-)
 from losslab.plan import Plan, RevisionError, parse_revision
 
 CHECKS = ("baseline_loss", "baseline_gradient", "reference_loss", "reference_gradient")
@@ -141,11 +142,11 @@ def _obtain(
     checkout = sources.get(ref.revision.repo)
 
     def rederived(reason: str) -> ReferenceResult:
-        if fw.rederive is None:
+        if fw.rederivation is None:
             raise PreflightError(
                 f"{reason}; and losslab has no re-derivation of {ref.revision.repo} to fall back on"
             )
-        result = fw.rederive(ref, fixture, torch.float32)
+        result = rederive(ref, fixture, torch.float32)
         result.source["fallback_reason"] = reason
         return result
 
@@ -231,23 +232,7 @@ def _normalization(base: ResolvedReference, ref: ResolvedReference) -> str:
         "unpacked list, reduction='sum'"
     ]
     for role, r in (("baseline", base), ("reference", ref)):
-        if r.family not in ("spindle", "stable_rl"):
-            parts.append(f"{role}: {r.framework.repo}: {r.framework.aggregation}")
-        elif r.family == "spindle":
-            parts.append(f"{role}: Spindle _loss on packed rows, -sum(m*J) (plain masked sum)")
-        else:
-            info = r.params["global_batch_info"]
-            parts.append(
-                f"{role}: Stable-RL agg_loss {r.params['loss_agg_mode']} with "
-                + ", ".join(f"{k}={v}" for k, v in info.items())
-                + (
-                    " == masked sum"
-                    if info == {"dp_size": 1, "batch_num_tokens": 1}
-                    and r.params["loss_agg_mode"] == "token-mean"
-                    else ""
-                )
-                + " on zero-padded [B, T] rows"
-            )
+        parts.append(f"{role}: {r.framework.aggregation_of(r)}")
     return "; ".join(parts)
 
 

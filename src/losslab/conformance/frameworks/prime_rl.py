@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from losslab.conformance.frameworks import (
+from losslab.conformance.frameworks.base import (
     Framework,
     LosslabConfig,
+    Resolution,
     class_defaults,
     refuse_unknown_arguments,
 )
-from losslab.plan import RevisionError
+from losslab.plan import Revision, RevisionError
 
 REPO = "PrimeIntellect-ai/prime-rl"
 COMMIT = "559b44772e471d1538537b8805cc77f3824a5e64"
@@ -32,9 +33,7 @@ def read_defaults(files: Any) -> dict[str, Any]:
     return class_defaults(files, *CONFIG, KEYS)
 
 
-def resolve(revision: Any, defaults: dict[str, Any], origin: str) -> Any:
-    from losslab.conformance.references import ResolvedReference
-
+def resolve(revision: Revision, defaults: dict[str, Any], origin: str) -> Resolution:
     kw = dict(revision.kwargs)
     refuse_unknown_arguments(revision, KEYS, f"prime-rl DefaultLossConfig has {list(KEYS)}")
     params, notes = {}, []
@@ -46,9 +45,7 @@ def resolve(revision: Any, defaults: dict[str, Any], origin: str) -> Any:
             raise RevisionError(f"revision {revision.text!r}: {key} = {value!r}; expected >= 0")
         params[key] = float(value)
     notes.append("losses summed over samples; prime-rl's division by rl_scale is not applied")
-    return ResolvedReference(
-        revision, "prime_rl", params, tuple(notes), value_convention="surrogate"
-    )
+    return Resolution(params, "dppo", tuple(notes))
 
 
 def losslab_config(ref: Any, fixture: Any = None) -> LosslabConfig:
@@ -107,10 +104,13 @@ def call_reference(fn: Any, payload: dict[str, Any], space: dict[str, Any], rt: 
     }
 
 
+_EXAMPLE = f"{REPO}@{COMMIT}:src/prime_rl/trainer/rl/loss.py::default_loss_fn"
+
 FRAMEWORK = Framework(
     name="prime_rl",
     repo=REPO,
     functions=("default_loss_fn",),
+    families=("dppo",),
     resolve=resolve,
     call_reference=call_reference,
     losslab_config=losslab_config,
@@ -120,8 +120,9 @@ FRAMEWORK = Framework(
     recorded_defaults={"dppo_mask_low": 0.2, "dppo_mask_high": 0.2, "adv_tau": 1.0, "kl_tau": 1e-3},
     recorded_commit=COMMIT,
     extra_roots=("LossInputs",),
-    example_revisions=(
-        f"{REPO}@{COMMIT}:src/prime_rl/trainer/rl/loss.py::default_loss_fn("
-        "dppo_mask_low=0.15, dppo_mask_high=0.15)",
-    ),
+    example_revisions={
+        "prime_rl": f"{_EXAMPLE}(dppo_mask_low=0.15, dppo_mask_high=0.15)",
+        # without its KL term
+        "prime_rl_kl0": f"{_EXAMPLE}(dppo_mask_low=0.15, dppo_mask_high=0.15, kl_tau=0)",
+    },
 )

@@ -15,8 +15,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from losslab.conformance.frameworks import Framework, LosslabConfig, class_defaults
-from losslab.plan import RevisionError
+from losslab.conformance.frameworks.base import (
+    Framework,
+    LosslabConfig,
+    Resolution,
+    class_defaults,
+)
+from losslab.plan import Revision, RevisionError
 
 REPO = "NovaSky-AI/SkyRL"
 COMMIT = "a9564572eb8e91076be43c1bd5e4615e3de17265"
@@ -46,9 +51,7 @@ def read_defaults(files: Any) -> dict[str, Any]:
     return out
 
 
-def resolve(revision: Any, defaults: dict[str, Any], origin: str) -> Any:
-    from losslab.conformance.references import ResolvedReference
-
+def resolve(revision: Revision, defaults: dict[str, Any], origin: str) -> Resolution:
     kw = dict(revision.kwargs)
     allowed = (*DPPO_KEYS, "use_rollout_logprobs")
     unknown = set(kw) - set(allowed)
@@ -77,7 +80,7 @@ def resolve(revision: Any, defaults: dict[str, Any], origin: str) -> Any:
         params[key] = float(value)
     params["use_rollout_logprobs"] = bool(kw.get("use_rollout_logprobs", True))
     params["off_policy_correction"] = dict(defaults["off_policy_correction"])
-    return ResolvedReference(revision, "skyrl", params, tuple(notes), value_convention="surrogate")
+    return Resolution(params, "dppo", tuple(notes))
 
 
 def losslab_config(ref: Any, fixture: Any = None) -> LosslabConfig:
@@ -135,10 +138,13 @@ def call_reference(fn: Any, payload: dict[str, Any], space: dict[str, Any], rt: 
     return rt.padded_outputs(run, seqs)
 
 
+_EXAMPLE = f"{REPO}@{COMMIT}:skyrl/backends/skyrl_train/utils/ppo_utils.py::dppo_policy_loss"
+
 FRAMEWORK = Framework(
     name="skyrl",
     repo=REPO,
     functions=("dppo_policy_loss",),
+    families=("dppo",),
     resolve=resolve,
     call_reference=call_reference,
     losslab_config=losslab_config,
@@ -152,8 +158,10 @@ FRAMEWORK = Framework(
         "off_policy_correction": OFF_POLICY_DEFAULTS,
     },
     recorded_commit=COMMIT,
-    example_revisions=(
-        f"{REPO}@{COMMIT}:skyrl/backends/skyrl_train/utils/ppo_utils.py::dppo_policy_loss("
-        "dppo_type='binary_tv', delta_low=0.15, delta_high=0.15)",
-    ),
+    example_revisions={
+        "skyrl": f"{_EXAMPLE}(dppo_type='binary_tv', delta_low=0.15, delta_high=0.15)",
+        # no rollout log-probs passed: mask and ratio fall back to old_log_probs
+        "skyrl_no_rollout": f"{_EXAMPLE}(dppo_type='binary_tv', delta_low=0.15, "
+        "delta_high=0.15, use_rollout_logprobs=False)",
+    },
 )

@@ -20,13 +20,15 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from losslab.conformance.frameworks import (
+from losslab.conformance.frameworks.base import (
     Framework,
     LosslabConfig,
+    Resolution,
     class_defaults,
     refuse_unknown_arguments,
 )
-from losslab.plan import RevisionError
+from losslab.conformance.frameworks.stable_rl import TINKER_SUM_BATCH_INFO, agg_loss_reduction
+from losslab.plan import Revision, RevisionError
 
 REPO = "verl-project/verl"
 COMMIT = "1dda039b9c6311889a9c9a26040677e1254814f9"
@@ -57,9 +59,7 @@ def _number(revision: Any, key: str, value: Any) -> float:
     return float(value)
 
 
-def resolve(revision: Any, defaults: dict[str, Any], origin: str) -> Any:
-    from losslab.conformance.references import TINKER_SUM_BATCH_INFO, ResolvedReference
-
+def resolve(revision: Revision, defaults: dict[str, Any], origin: str) -> Resolution:
     kw = dict(revision.kwargs)
     refuse_unknown_arguments(
         revision, KEYS, f"verl {revision.function} takes the config fields {list(KEYS)}"
@@ -109,12 +109,10 @@ def resolve(revision: Any, defaults: dict[str, Any], origin: str) -> Any:
         "global_batch_info": dict(info),
         "bypass_mode": eff["bypass_mode"],
     }
-    return ResolvedReference(revision, "verl", params, tuple(notes), value_convention="logprob")
+    return Resolution(params, "dppo", tuple(notes))
 
 
 def losslab_config(ref: Any, fixture: Any = None) -> LosslabConfig:
-    from losslab.conformance.frameworks.stable_rl import _reduction
-
     p = ref.params
     if p["loss_agg_mode"] == "token-sum":
         red, notes = {"reduction": "sum"}, []
@@ -125,7 +123,7 @@ def losslab_config(ref: Any, fixture: Any = None) -> LosslabConfig:
             "(set norm_constant = G*C by hand for one fixed batch)",
         )
     else:
-        red, notes = _reduction(p, fixture)
+        red, notes = agg_loss_reduction(p, fixture)
     if not red:
         return LosslabConfig(None, reason="; ".join(notes))
     anchor = "sampler" if p["bypass_mode"] else "recomputed"
@@ -175,10 +173,13 @@ def call_reference(fn: Any, payload: dict[str, Any], space: dict[str, Any], rt: 
     return rt.padded_outputs(run, seqs)
 
 
+_EXAMPLE = f"{REPO}@{COMMIT}:verl/trainer/ppo/core_algos.py::compute_policy_loss_dppo_tv"
+
 FRAMEWORK = Framework(
     name="verl",
     repo=REPO,
     functions=("compute_policy_loss_dppo_tv", "compute_policy_loss_dppo_kl"),
+    families=("dppo",),
     resolve=resolve,
     call_reference=call_reference,
     losslab_config=losslab_config,
@@ -194,8 +195,14 @@ FRAMEWORK = Framework(
         "bypass_mode": False,
     },
     recorded_commit=COMMIT,
-    example_revisions=(
-        f"{REPO}@{COMMIT}:verl/trainer/ppo/core_algos.py::compute_policy_loss_dppo_tv("
-        "clip_ratio_low=0.15, clip_ratio_high=0.15, clip_ratio_c=10, bypass_mode=True)",
-    ),
+    example_revisions={
+        "verl": f"{_EXAMPLE}(clip_ratio_low=0.15, clip_ratio_high=0.15, clip_ratio_c=10, "
+        "bypass_mode=True)",
+        # mask and weight against recomputed old log-probs (verl's default, no bypass)
+        "verl_nonbypass": f"{_EXAMPLE}(clip_ratio_low=0.15, clip_ratio_high=0.15, "
+        "clip_ratio_c=10, bypass_mode=False)",
+        # c unset: ActorConfig's cap 3.0
+        "verl_c_default": f"{_EXAMPLE}(clip_ratio_low=0.15, clip_ratio_high=0.15, "
+        "bypass_mode=True)",
+    },
 )
