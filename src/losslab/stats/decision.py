@@ -424,3 +424,10 @@ def decide(
         unit=decision_rule.unit,
         seeds=list(decision_rule.seeds),
     )
+
+
+def verdict_line(record: Mapping[str, Any]) -> str:
+    """The log's one line about a verdict record: `verdict: refuted (CI [-0.8395, -0.1605])`."""
+    ci = record.get("ci")
+    ci_text = f" (CI [{ci[0]:+.4f}, {ci[1]:+.4f}])" if ci else ""
+    return f"verdict: {record.get('verdict')}{ci_text}"
