@@ -6,7 +6,11 @@ import json
 
 from tinker import types
 
-from losslab.backends.restoration import check_restoration, restoration_preflight
+from losslab.backends.restoration import (
+    check_restoration,
+    restoration_phase,
+    restoration_preflight,
+)
 
 from .conftest import rl_batch
 
@@ -49,3 +53,19 @@ def test_preflight_catches_a_trained_arm_and_a_wrong_optimizer(service, tiny_lla
     assert not report["passed"] and report["logprobs"]["bitwise_equal"]
     assert any("learning_rate is 0.0001, planned 2e-05" in p for p in report["problems"])
     assert any("eps is 1e-12, planned 1e-08" in p for p in report["problems"])
+
+
+def test_phase_rows_and_the_one_seed_check(service, tiny_llama):
+    result = restoration_phase(service, base_model=tiny_llama, rank=4, seeds=[0, 1], arms=ARMS)
+    assert [c.name for c in result.checks] == [
+        "log-probs dppo_seed0 vs grpo_seed0 (fixed batch)",
+        "log-probs finite (fixed batch)",
+        "optimizer grpo_seed0",
+        "optimizer dppo_seed0",
+        "arm seeds",
+    ]
+    # fresh clients from the smaller seed agree bitwise; only the two planned seeds fail
+    assert result.checks[0].measured == 0.0 and result.checks[0].note == "bitwise equal"
+    assert result.failures == (result.checks[-1],) and result.checks[-1].measured == [0, 1]
+    assert result.record()["setup"]["seed"] == 0 and result.record()["passed"] is False
+    assert restoration_phase(service, base_model=tiny_llama, rank=4, seeds=[0, 0], arms=ARMS).passed

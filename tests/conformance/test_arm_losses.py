@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from losslab.backends import DEFAULT_BACKEND
+from losslab.checks import PhaseResult
 from losslab.engine import build_datum
 from losslab.runner.components import DefaultComponents
+from losslab.runner.phases import preflight
+from losslab.runner.trainer import arm_config
 
 PLAN = Path(__file__).resolve().parents[2] / "examples" / "arithmetic_dppo_vs_grpo_local.json"
 
@@ -35,10 +39,15 @@ def _components(mutated_low: float | None) -> DefaultComponents:
     return comp
 
 
+def _run_preflight(comp: DefaultComponents) -> PhaseResult:
+    """The run's preflight phase as the runner calls it (it reads only `ctx.comp`)."""
+    return preflight.run(SimpleNamespace(comp=comp))
+
+
 def _trained_mask_fraction(comp: DefaultComponents) -> float:
     """The treatment arm's training loss on datums whose every token drifted by DRIFT, A = +1."""
     arm = comp.plan.arm("treatment").name
-    config = comp._arm_config(arm)
+    config = arm_config(comp.plan, comp.losses, comp.schedule, arm)
     datums = [build_datum([1, 2], [3, 4, 5], [SAMPLER_LP] * 3, 1.0)]
     # build_datum's layout: 1 shifted prompt position (masked), then the 3 completion tokens
     drifted = math.log(math.exp(SAMPLER_LP) + DRIFT)
@@ -52,7 +61,9 @@ def test_trained_loss_is_the_checked_loss() -> None:
     arm = plain.plan.arm("treatment").name
 
     # training: the arm's loss object is the one built from the resolved value
-    assert plain._arm_config(arm).loss_fn.loss is plain.losses[arm]
+    assert (
+        arm_config(plain.plan, plain.losses, plain.schedule, arm).loss_fn.loss is plain.losses[arm]
+    )
     assert mutated.losses[arm].params["low"] == 0.3
     assert mutated.losses[arm].provenance["low"] == "plan"  # with_params marks its values
     # with threshold 0.15 the 0.2 drift masks every completion token; with 0.3 none
@@ -61,12 +72,13 @@ def test_trained_loss_is_the_checked_loss() -> None:
 
     # preflight: checks the same objects; the mutated loss no longer matches the pinned reference
     # (Stable-RL dppo_binary_tv with clip_ratio=0.15), so its reference checks fail
-    checked = plain.preflight()
-    assert checked["passed"] is True
-    report = mutated.preflight()
-    entry = report["paths"][0]
+    checked = _run_preflight(plain)
+    assert checked.passed is True
+    report = _run_preflight(mutated)
+    entry = report.artifact["paths"][0]
     assert "low=0.3" in entry["implementation"]["treatment"]["loss"]
-    assert report["passed"] is False
+    assert report.passed is False
+    assert report.first_failure is not None and "reference" in report.first_failure.name
     assert not entry["checks"]["reference_gradient"]["passed"]
     assert entry["checks"]["baseline_gradient"]["passed"]  # the baseline arm was not touched
 
@@ -91,4 +103,4 @@ def test_a_bad_resolved_value_is_a_run_error() -> None:
     comp = _components(None)
     comp.plan.set_loss("treatment", comp.plan.loss("treatment").with_params(low=-1.0))
     with pytest.raises(RunError, match=r"arms\['dppo_seed0'\].loss 'dppo_divergence_mask'"):
-        comp.preflight()
+        _run_preflight(comp)

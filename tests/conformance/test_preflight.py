@@ -7,7 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from losslab.conformance.preflight import PreflightError, run_preflight, write_report
+from losslab.conformance.preflight import (
+    PreflightError,
+    preflight_checks,
+    run_preflight,
+    write_report,
+)
 
 from .conftest import SPINDLE_PATH, VERL_PATH, RefRepo
 
@@ -17,6 +22,20 @@ PLAN = Path(__file__).resolve().parents[2] / "examples" / "gsm8k_dppo_vs_grpo.js
 @pytest.fixture(scope="module")
 def report() -> dict:
     return run_preflight(PLAN, allow_rederivation=True)
+
+
+def test_check_rows_are_set_a_then_the_stress_fixture(report: dict) -> None:
+    (path,) = report["paths"]
+    rows = preflight_checks(report)
+    names = [*path["checks"], *(f"stress_{k}" for k in path["stress"]["checks"])]
+    assert [r.name for r in rows] == [f"grpo_dppo_custom_loss.{n}" for n in names]
+    assert all(r.passed for r in rows) and len(rows) == 6  # 4 on set A, 2 on the stress set
+    grad = next(r for r in rows if r.name.endswith(".reference_gradient"))
+    assert grad.bound == "atol 1e-05, rtol 0.001, min_cosine 0.9999"  # the plan's tolerance
+    assert grad.measured == {
+        k: path["errors"]["reference_gradient"][k]
+        for k in ("max_abs_error", "relative_l2_error", "cosine_similarity")
+    }
 
 
 def test_user_plan_passes_with_rederivations(report: dict) -> None:

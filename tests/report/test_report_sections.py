@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from losslab.conformance.preflight import preflight_phase
 from losslab.report import build_report, collect
 from losslab.report.preflight import preflight_summary
 from losslab.runner import run_plan
@@ -31,7 +32,8 @@ EXAMPLE_PLAN = (
 
 @pytest.fixture(scope="module")
 def real_preflight() -> dict[str, Any]:
-    return DefaultComponents(EXAMPLE_PLAN, "local").preflight()
+    comp = DefaultComponents(EXAMPLE_PLAN, "local")
+    return preflight_phase(comp.plan, comp.losses).record()
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,8 @@
 """A fake `Components` for runner tests: a tiny torch model trained by Adam on random data.
 
 It exercises everything the runner owns (phase order, artifacts, checkpoints, RNG capture,
-resume, stop-on-failure) in milliseconds. Each step draws its batch from the *global* torch RNG,
+resume, stop-on-failure) in milliseconds: its phase table is the real one (`PHASES`, read at run
+time) with the check phases and the decision replaced by fakes. Each step draws its batch from the *global* torch RNG,
 so a resume that failed to restore RNG state, weights, optimizer state or the cursor would give
 different final weights and evaluation results.
 
@@ -16,12 +17,21 @@ and `decide` applies losslab.stats.seeds like the real components.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from losslab.runner.protocols import Schedule
+from losslab.backends.executed import compare_config
+from losslab.checks import Check, PhaseResult
+from losslab.engine import evaluation_result
+from losslab.plan import DecisionRule
+from losslab.runner import phases as phase_table
+from losslab.runner.artifacts import read_rows
+from losslab.runner.protocols import Phase, PhaseContext, Schedule
+from losslab.stats.decision import verdict_line
+from losslab.stats.seeds import decision_phase
 
 N_EVAL = 40
 
@@ -116,65 +126,62 @@ class FakeComponents:
         self.interrupt_at = interrupt_at
         self.interrupt_eval_at = interrupt_eval_at
 
-    def preflight(self) -> dict[str, Any]:
+    @property
+    def phases(self) -> tuple[Phase, ...]:
+        """The real phase table, with the checks and the decision replaced by the fake's."""
+        fakes = {
+            "preflight": self.preflight,
+            "restoration": self.restoration,
+            "gate": self.gate,
+            "feasibility": self.feasibility,
+            "decision": self.decide,
+        }
+        return tuple(replace(p, run=fakes.get(p.name, p.run)) for p in phase_table.PHASES)
+
+    def preflight(self, ctx: PhaseContext) -> PhaseResult:
         self.calls["preflight"] += 1
         ok = self.plan["preflight_pass"]
-        check = {
-            "check": "loss.max_abs_error",
-            "measured": 0.0 if ok else 0.5,
-            "bound": "<= 1e-05",
-            "passed": ok,
-        }
-        return {"passed": ok, "checks": [check], "failures": [] if ok else [check]}
+        check = Check("loss.max_abs_error", 0.0 if ok else 0.5, "<= 1e-05", passed=ok)
+        return PhaseResult({}, checks=[check])
 
-    def restoration(self) -> dict[str, Any]:
-        check = {
-            "check": "logprob max |diff|",
-            "measured": 0.0,
-            "bound": "<= 1e-06",
-            "passed": True,
-        }
-        return {"passed": True, "checks": [check], "failures": []}
+    def restoration(self, ctx: PhaseContext) -> PhaseResult:
+        check = Check("logprob max |diff|", 0.0, "<= 1e-06", passed=True)
+        return PhaseResult({}, checks=[check])
 
     def make_trainer(self, arm: str) -> FakeTrainer:
         lr = 0.05 if self.schedule.plan_arm(arm) == self.plan["arms"][1] else 0.01
         return FakeTrainer(arm, lr, self.calls, self.interrupt_at)
 
-    def executed_config(self, arm: str, trainer: Any) -> dict[str, dict[str, Any]]:
-        return {"base_model": {"plan": "fake-model", "executed": self.plan["executed_model"]}}
+    def executed_config(self, arm: str, trainer: Any) -> PhaseResult:
+        values = {"base_model": {"plan": "fake-model", "executed": self.plan["executed_model"]}}
+        return compare_config(values, arm)
 
     def eval_probe(self, trainer: FakeTrainer) -> dict[str, Any]:
         return {"eval_s_per_item": 0.001}
 
-    def gate(self, pilot_rows: list[dict[str, Any]], executed: dict[str, Any]) -> dict[str, Any]:
-        assert executed["base_model"]["executed"] == self.plan["executed_model"]
+    def gate(self, ctx: PhaseContext) -> PhaseResult:
+        assert (
+            ctx.executed(self.schedule.treatment)["base_model"]["executed"]
+            == (self.plan["executed_model"])
+        )
+        pilot_rows = ctx.pilot_rows()
         measured = sum(r["dppo/mask_fraction"] for r in pilot_rows) / len(pilot_rows)
-        ok = measured >= self.plan["gate_min"]
-        check = {
-            "check": "dppo_masked_token_fraction",
-            "measured": measured,
-            "bound": f">= {self.plan['gate_min']}",
-            "passed": ok,
-        }
-        return {
-            "passed": ok,
-            "checks": [check],
-            "failures": [] if ok else [check],
-            "pilot_steps": len(pilot_rows),
-        }
+        check = Check(
+            "dppo_masked_token_fraction",
+            measured,
+            f">= {self.plan['gate_min']}",
+            passed=measured >= self.plan["gate_min"],
+        )
+        return PhaseResult({"pilot_steps": len(pilot_rows)}, checks=[check])
 
-    def feasibility(self, timings: dict[str, Any]) -> dict[str, Any]:
-        per_step = sum(timings["step_seconds"]) / max(len(timings["step_seconds"]), 1)
-        projected = per_step * timings["steps_per_arm"] * timings["arms"]
-        check = {
-            "check": "projected wall seconds",
-            "measured": projected,
-            "bound": "<= 600",
-            "passed": projected <= 600,
-        }
-        return {"passed": check["passed"], "checks": [check], "projected_wall_seconds": projected}
+    def feasibility(self, ctx: PhaseContext) -> PhaseResult:
+        step_seconds = [r["time/step_s"] for r in ctx.pilot_rows()]
+        per_step = sum(step_seconds) / max(len(step_seconds), 1)
+        projected = per_step * self.schedule.steps * len(self.schedule.arms)
+        check = Check("projected wall seconds", projected, "<= 600", passed=projected <= 600)
+        return PhaseResult({"projected_wall_seconds": projected}, checks=[check])
 
-    def evaluate(self, arm: str, trainer: FakeTrainer) -> list[dict[str, Any]]:
+    def evaluate(self, arm: str, trainer: FakeTrainer) -> PhaseResult:
         self.calls["evaluate"] += 1
         if self.calls["evaluate"] == self.interrupt_eval_at:
             raise KeyboardInterrupt
@@ -183,7 +190,7 @@ class FakeComponents:
         with torch.no_grad():
             pred = trainer.model(x).squeeze(1)
             err = (pred - x.sum(dim=1)).abs()
-        return [
+        rows = [
             {
                 "id": f"item{i}",
                 "question": f"what is the sum of the 4 inputs of item {i}?",
@@ -195,27 +202,26 @@ class FakeComponents:
             }
             for i, e in enumerate(err)
         ]
+        return evaluation_result(rows)
 
-    def decide(self, evals: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    def decide(self, ctx: PhaseContext) -> PhaseResult:
+        evals = {arm: read_rows(ctx.run_dir.eval_path(arm)) for arm in self.schedule.arms}
         if self.schedule.units:
             return self._decide_over_seeds(evals)
         base, treat = (evals[a] for a in self.schedule.arms)
         b = sum(t["correct"] and not s["correct"] for t, s in zip(treat, base, strict=True))
         c = sum(s["correct"] and not t["correct"] for t, s in zip(treat, base, strict=True))
         delta = (b - c) / len(base)
-        return {
+        verdict = {
             "verdict": "validated" if delta > 0 else "inconclusive",  # stats' verdict words
             "estimate": delta,
             "b": b,
             "c": c,
             "n": len(base),
         }
+        return PhaseResult(verdict, summary=verdict_line(verdict))
 
-    def _decide_over_seeds(self, evals: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-        from losslab.plan import DecisionRule
-        from losslab.stats.decision import PairedOutcomes
-        from losslab.stats.seeds import decide_over_seeds
-
+    def _decide_over_seeds(self, evals: dict[str, list[dict[str, Any]]]) -> PhaseResult:
         base, treat = self.plan["arms"]
         rule = DecisionRule.model_validate(
             {
@@ -232,12 +238,9 @@ class FakeComponents:
                 ],
             }
         )
-        per_seed: dict[int, dict[str, list[dict[str, Any]]]] = {}
-        for unit, rows in evals.items():
-            seed = self.schedule.seeds[unit]
-            per_seed.setdefault(seed, {})[self.schedule.plan_arm(unit)] = rows
-        outcomes = {s: PairedOutcomes.from_records(e) for s, e in per_seed.items()}
-        return decide_over_seeds(rule, outcomes, roles={"treatment": treat, "baseline": base})
+        units = {u: (self.schedule.plan_arm(u), self.schedule.seeds[u]) for u in evals}
+        roles = {"treatment": treat, "baseline": base}
+        return decision_phase(rule, evals, units=units, roles=roles)
 
     def environment(self) -> dict[str, Any]:
         return {"device": "cpu", "torch": torch.__version__}

@@ -99,18 +99,26 @@ def test_real_run_feasibility_carries_the_plan_only_projection(tmp_path):
     """A real run's feasibility.json holds the plan-only cost projection beside the pilot's."""
     from losslab.backends.local.tiny import make_tiny_model_dir
     from losslab.runner.components import DefaultComponents
+    from losslab.runner.phases import feasibility
 
     from ._tiny_plan import write_tiny_plan
 
     model = make_tiny_model_dir(tmp_path / "m", arch="qwen3_5")
     plan = write_tiny_plan(tmp_path / "plan.json", model)
     comp = DefaultComponents(plan, "local")
-    timings = {
-        "rows": [{"time/sample_s": 3.0, "time/forward_backward_s": 1.0, "time/optim_s": 0.5}],
-        "eval_s_per_item": 0.1,
-        "pilot_seconds": 4.0,
-    }
-    art = comp.feasibility(timings)
+
+    class PilotDone:  # what the feasibility phase reads of a run after its pilot
+        def __init__(self) -> None:
+            self.comp = comp
+
+        def record(self, phase: str) -> dict:
+            assert phase == "pilot"
+            return {"seconds": 4.0, "eval_s_per_item": 0.1}
+
+        def pilot_rows(self) -> list[dict]:
+            return [{"time/sample_s": 3.0, "time/forward_backward_s": 1.0, "time/optim_s": 0.5}]
+
+    art = feasibility.run(PilotDone()).record()
     cost = art["cost_projection"]
     assert cost["available"] and cost["model"]["exact"]  # counted from the local config
     assert cost["model"]["params"] == pytest.approx(51136)

@@ -90,13 +90,13 @@ def test_the_lock_is_held_for_the_whole_run_and_released_after(plan: Path, tmp_p
         comp = factory()(plan_file, backend)
         original = comp.preflight
 
-        def preflight():
+        def preflight(ctx):
             try:
                 acquire(run).release()
                 seen.append("free")
             except RunDirLocked as e:
                 seen.append(str(e))
-            return original()
+            return original(ctx)
 
         comp.preflight = preflight
         return comp

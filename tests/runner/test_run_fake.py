@@ -124,9 +124,12 @@ def test_force_continues_past_failed_gate_and_report_says_so(tmp_path: Path) -> 
     assert result.verdict is not None
     facts = json.loads((tmp_path / "run" / "report.json").read_text())
     assert facts["status"]["forced"][0]["phase"] == "gate"
-    assert (
-        "--force overrode a failed check in gate" in (tmp_path / "run" / "report.html").read_text()
-    )
+    html = (tmp_path / "run" / "report.html").read_text()
+    assert "--force overrode a failed check in gate" in html
+    # the failed row itself says it was overridden, in gate.json and in the report's table
+    (row,) = json.loads((tmp_path / "run" / "pilot" / "gate.json").read_text())["failures"]
+    assert row["check"] == "dppo_masked_token_fraction" and row["overridden"] is True
+    assert "overridden by --force" in html
 
 
 def test_failed_preflight_stops_before_training(tmp_path: Path) -> None:

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from losslab.runner import RunError, RunInterrupted, run_plan
-from losslab.runner.run import EVAL_SEED_OFFSET, seed_everything
+from losslab.runner.checkpoint import seed_everything
+from losslab.runner.phases.evaluation import EVAL_SEED_OFFSET
 
 from ._fake_components import FakeComponents, factory, write_fake_plan
 
@@ -32,7 +33,7 @@ def test_base_model_is_the_untrained_policy_evaluated_once(tmp_path: Path) -> No
     seed_everything(7)
     trainer = fresh.make_trainer("base")
     seed_everything(7 + EVAL_SEED_OFFSET)
-    assert rows == json.loads(json.dumps(fresh.evaluate("base", trainer)))
+    assert rows == json.loads(json.dumps(fresh.evaluate("base", trainer).artifact))
     facts = json.loads((tmp_path / "run" / "report.json").read_text())
     base = facts["base_evaluation"]
     assert base["accuracy"] == sum(r["correct"] for r in rows) / len(rows)

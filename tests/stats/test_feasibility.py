@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from losslab.plan import load_plan
-from losslab.stats import StepTimings, project_feasibility
+from losslab.stats import StepTimings, feasibility_phase, project_feasibility
 
 SEED_PLAN = Path(__file__).resolve().parents[2] / "examples" / "gsm8k_dppo_vs_grpo.json"
 
@@ -65,3 +65,35 @@ def test_reused_pilot_is_not_counted_twice() -> None:
 def test_bad_timings_are_named(bad: float) -> None:
     with pytest.raises(ValueError, match="timings.train_s must be finite and >= 0"):
         StepTimings(1.0, bad, 0.1)
+
+
+def test_phase_checks_each_budget_limit_and_honours_required() -> None:
+    # the over-budget timings above: 127.0 min > 120 and 2.116 GPU-h > 2, one failed row each
+    plan = load_plan(SEED_PLAN)
+    result = feasibility_phase(StepTimings(40, 10, 0.5), plan)
+    assert [(c.name, c.bound, c.passed) for c in result.checks] == [
+        ("projected wall minutes", "<= 120", False),
+        ("projected GPU-hours", "<= 2", False),
+    ]
+    assert result.checks[0].measured == pytest.approx(7619 / 60)
+    assert result.record()["status"] == "fail" and result.record()["timings"]["sample_s"] == 40
+    assert plan.feasibility_required and not result.passed
+    assert feasibility_phase(StepTimings(30, 10, 0.5), plan).passed  # 109.5 min, 1.82 GPU-h
+    lax = plan.model_copy(update={"feasibility_required": False})  # recorded, never stops
+    relaxed = feasibility_phase(StepTimings(40, 10, 0.5), lax)
+    assert relaxed.passed and len(relaxed.failures) == 2
+
+
+def test_timings_from_pilot_rows() -> None:
+    # two pilot steps: sample (3 + 1 snapshot, 5) -> 4.5 s per rollout step; forward_backward +
+    # optim (1 + 0.5, 2 + 0.5) = 4 s over 2 steps x 2 updates -> 1 s per optim step
+    rows = [
+        {"time/sample_s": 3.0, "time/snapshot_s": 1.0, "time/forward_backward_s": 1.0,
+         "time/optim_s": 0.5},
+        {"time/sample_s": 5.0, "time/forward_backward_s": 2.0, "time/optim_s": 0.5},
+    ]  # fmt: skip
+    st = StepTimings.from_pilot(
+        rows, updates_per_batch=2, eval_s_per_item=0.25, gpus=1.0, measured_s=12.0
+    )
+    assert (st.sample_s, st.train_s, st.eval_s_per_item) == (4.5, 1.0, 0.25)
+    assert st.pilot_reused and st.measured_s == 12.0

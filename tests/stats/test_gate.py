@@ -48,7 +48,7 @@ def test_each_failure_names_value_and_bound() -> None:
     del measured["grpo_clip_fraction"]
     result = evaluate_gate(_gate(), measured)
     assert not result.passed
-    reasons = {c.metric: c.reason for c in result.failed}
+    reasons = {c.name: c.note for c in result.failures}
     assert reasons == {
         "dppo_masked_token_fraction": "0.5 > max 0.3",
         "policy_drift_abs_p_q90": "measured NaN",
@@ -66,7 +66,7 @@ def test_bounds_are_inclusive() -> None:
 def test_not_applicable_gate_passes() -> None:
     gate = _gate().model_copy(update={"applicable": False})
     result = evaluate_gate(gate, {})
-    assert result.passed and not result.applicable and result.checks == []
+    assert result.passed and not result.applicable and result.checks == ()
 
 
 def test_numeric_one_of_and_record_shape() -> None:
@@ -74,6 +74,10 @@ def test_numeric_one_of_and_record_shape() -> None:
         {"checks": [{"metric": "executed_updates_per_batch", "one_of": [2]}]}
     )
     assert evaluate_gate(gate, {"executed_updates_per_batch": 2.0}).passed
-    record = evaluate_gate(gate, {"executed_updates_per_batch": 3}).to_dict()
+    record = evaluate_gate(gate, {"executed_updates_per_batch": 3}).record()
     assert record["passed"] is False
     assert record["checks"][0]["measured"] == 3 and record["checks"][0]["bound"] == "one of [2]"
+    assert record["checks"][0]["check"] == "executed_updates_per_batch"
+    assert record["failures"] == record["checks"] and record["metrics"] == {
+        "executed_updates_per_batch": 3
+    }

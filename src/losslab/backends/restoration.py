@@ -5,7 +5,8 @@ tokenized batch from every arm's freshly created client, bitwise equal or within
 first arm's, and (2) each arm's optimizer to be AdamW with the planned learning_rate, beta1,
 beta2 and eps. `check_restoration` checks clients you already hold (the ones you will train);
 `restoration_preflight` creates fresh ones from one base model and seed. Both return a JSON-able
-dict (the runner writes it as restoration.json) with `passed` and the `problems` found.
+dict with `passed` and the `problems` found; `restoration_phase` is the run's phase: that dict as
+the artifact (restoration.json) and one `Check` per comparison.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any
 
 import numpy as np
 from tinker import types
+
+from losslab.checks import Check, PhaseResult
 
 TOLERANCE = 1e-6
 OPTIMIZER_KEYS = ("learning_rate", "beta1", "beta2", "eps")
@@ -164,6 +167,7 @@ def check_restoration(
             "num_tokens": int(ref.size),
             "max_abs_diff": max((c["max_abs_diff"] for c in comparisons), default=0.0),
             "bitwise_equal": all(c["bitwise_equal"] for c in comparisons),
+            "finite": finite,
             "comparisons": comparisons,
         },
         "optimizers": optimizers,
@@ -215,3 +219,65 @@ def restoration_preflight(
         "arms": [str(a["name"]) for a in arms],
     }
     return report
+
+
+def restoration_checks(report: Mapping[str, Any], seeds: Sequence[int]) -> tuple[Check, ...]:
+    """One row per log-prob comparison, one for the log-probs being finite, one per optimizer,
+    and (only when they differ) one for the arms' seeds, which must be one seed."""
+    lp = report["logprobs"]
+    rows = [
+        Check(
+            name=f"log-probs {c['arm']} vs {lp['reference_arm']} (fixed batch)",
+            measured=c["max_abs_diff"],
+            bound=f"bitwise or <= {report['tolerance']:g}",
+            passed=bool(c["ok"]),
+            note="bitwise equal" if c["bitwise_equal"] else "",
+        )
+        for c in lp["comparisons"]
+    ]
+    rows.append(
+        Check("log-probs finite (fixed batch)", lp["finite"], "finite", passed=bool(lp["finite"]))
+    )
+    rows += [
+        Check(
+            name=f"optimizer {opt['arm']}",
+            measured=opt["actual"],
+            bound=opt["planned"],
+            passed=not opt["problems"],
+            note="; ".join(opt["problems"]),
+        )
+        for opt in report["optimizers"]
+    ]
+    if len(set(seeds)) > 1:
+        rows.append(
+            Check(
+                "arm seeds",
+                sorted(set(seeds)),
+                "one seed",
+                passed=False,
+                note="arms must start from the same seed",
+            )
+        )
+    return tuple(rows)
+
+
+def restoration_phase(
+    service_client: Any,
+    *,
+    base_model: str,
+    rank: int,
+    seeds: Sequence[int],
+    arms: Sequence[Mapping[str, Any]],
+    tolerance: float = TOLERANCE,
+) -> PhaseResult:
+    """The run's restoration preflight: fresh clients from the smallest of the arms' `seeds`
+    (they must all be one seed, a check of its own), compared by `restoration_checks`."""
+    report = restoration_preflight(
+        service_client,
+        base_model=base_model,
+        rank=rank,
+        seed=min(seeds),
+        arms=arms,
+        tolerance=tolerance,
+    )
+    return PhaseResult(report, checks=restoration_checks(report, seeds))

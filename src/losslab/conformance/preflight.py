@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from losslab.atomic import atomic_write_json
+from losslab.checks import Check, PhaseResult
 from losslab.conformance.classify import classify
 from losslab.conformance.fixtures import Fixture, generate_fixture, stress_spec
 from losslab.conformance.frameworks import (
@@ -519,6 +520,62 @@ def run_preflight(
         "torch": torch.__version__,
         "paths": paths,
     }
+
+
+NOT_APPLICABLE = "the plan has no correctness_preflight paths"
+
+
+def _violations_note(check: Mapping[str, Any]) -> str:
+    """`violations` is a count of elements outside atol + rtol*|ref| (conformance.metrics)."""
+    n = int(check.get("violations") or 0)
+    parts = [f"{n} element(s) outside tolerance"] if n else []
+    if check.get("cosine_ok") is False:
+        parts.append("cosine below min_cosine")
+    return "; ".join(parts)
+
+
+def preflight_checks(report: Mapping[str, Any]) -> tuple[Check, ...]:
+    """One row per check of every path: set A's, then the stress fixture's (`stress_<check>`);
+    measured are the three error metrics, bound the tolerance that was applied."""
+    rows = []
+    for path in report["paths"]:
+        stress = path.get("stress") or {"checks": {}, "errors": {}}
+        checks = {**path["checks"], **{f"stress_{k}": v for k, v in stress["checks"].items()}}
+        errors = {**path["errors"], **{f"stress_{k}": v for k, v in stress["errors"].items()}}
+        for name, chk in checks.items():
+            err = errors.get(name, {})
+            tol = chk.get("tolerance", {})
+            rows.append(
+                Check(
+                    name=f"{path['id']}.{name}",
+                    measured={
+                        key: err.get(key)
+                        for key in ("max_abs_error", "relative_l2_error", "cosine_similarity")
+                    },
+                    bound=", ".join(f"{k} {v:g}" for k, v in tol.items() if v is not None),
+                    passed=bool(chk["passed"]),
+                    note=_violations_note(chk),
+                )
+            )
+    return tuple(rows)
+
+
+def preflight_phase(
+    plan: Plan, losses: Mapping[str, Any] | None = None, *, allow_rederivation: bool = True
+) -> PhaseResult:
+    """The run's correctness preflight: `run_preflight` on the plan and the loss objects the
+    arms train (`losses`), its report as the artifact, one `Check` per compared quantity.
+
+    Pinned sources are fetched; where they cannot be had (offline, no cache) the run goes on
+    with the labelled re-derivation (`allow_rederivation`), which the report's `provenance`
+    states ("pinned source NOT executed"); `losslab preflight` is the strict check. A plan with
+    `correctness_preflight.required: false` records failures without stopping the run.
+    """
+    cp = plan.correctness_preflight
+    if cp is None or not cp.paths:
+        return PhaseResult.not_applicable(NOT_APPLICABLE)
+    report = run_preflight(plan, losses=losses, allow_rederivation=allow_rederivation)
+    return PhaseResult(report, checks=preflight_checks(report), required=cp.required)
 
 
 def write_report(report: Mapping[str, Any], out: str | Path) -> Path:

@@ -8,7 +8,15 @@ from losslab.engine.datums import (
     keep_varied_groups,
     split_minibatches,
 )
-from losslab.engine.evaluate import EvalItem, accuracy, evaluate, load_eval, save_eval
+from losslab.engine.evaluate import (
+    EvalItem,
+    accuracy,
+    evaluate,
+    evaluation_result,
+    load_eval,
+    rows_accuracy,
+    save_eval,
+)
 from losslab.engine.pilot import GateSource, pilot_metrics, side_losses_for
 from losslab.engine.rl import (
     GRAD_NORM,
@@ -43,6 +51,7 @@ __all__ = [
     "assemble_datums",
     "build_datum",
     "evaluate",
+    "evaluation_result",
     "group_advantages",
     "load_eval",
     "pilot_metrics",
@@ -50,6 +59,7 @@ __all__ = [
     "renderer_for",
     "resolve",
     "rl_step",
+    "rows_accuracy",
     "sample_groups",
     "sampling_seed",
     "save_eval",

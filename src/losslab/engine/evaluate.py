@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -12,10 +12,19 @@ from typing import Any
 import tinker
 
 from losslab.atomic import atomic_write_text
+from losslab.checks import PhaseResult
 from losslab.engine.rl import resolve
 from losslab.tasks.base import ChatRenderer, Problem, Task
 
-__all__ = ["EvalItem", "accuracy", "evaluate", "load_eval", "save_eval"]
+__all__ = [
+    "EvalItem",
+    "accuracy",
+    "evaluate",
+    "evaluation_result",
+    "load_eval",
+    "rows_accuracy",
+    "save_eval",
+]
 
 
 @dataclass(frozen=True)
@@ -95,6 +104,17 @@ def accuracy(items: Sequence[EvalItem]) -> float:
     if not items:
         raise ValueError("accuracy of an empty evaluation is undefined")
     return sum(item.correct for item in items) / len(items)
+
+
+def rows_accuracy(rows: Sequence[Mapping[str, Any]]) -> float:
+    """Share of evaluation rows (eval_<arm>.jsonl records) whose `correct` is true; 0 for none."""
+    return sum(bool(r.get("correct")) for r in rows) / max(len(rows), 1)
+
+
+def evaluation_result(rows: Sequence[Mapping[str, Any]]) -> PhaseResult:
+    """One evaluation as a phase result: its per-item rows (the eval_<arm>.jsonl artifact), no
+    checks (the decision rule judges them), and `"<n> items, accuracy <a>"` as its summary."""
+    return PhaseResult(list(rows), summary=f"{len(rows)} items, accuracy {rows_accuracy(rows):.4f}")
 
 
 def save_eval(

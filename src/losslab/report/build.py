@@ -4,8 +4,10 @@ The report reads only files (plan.json, manifest.json, the phase artifacts, metr
 eval_<arm>.jsonl, verdict.json), so `losslab report RUN_DIR` rebuilds it at any time, also for
 a run that stopped at a failed check (sections not reached say so).
 
-Check artifacts (preflight, restoration, gate, feasibility) share one shape, written by the
-runner: `{"passed": bool, "checks": [{"check", "measured", "bound", "passed"}, ...], ...}`.
+Check artifacts (preflight, restoration, gate, feasibility) share one shape, each phase's
+`losslab.checks.PhaseResult.record()`: `{"passed": bool, "applicable": bool, "checks": [{"check",
+"measured", "bound", "passed", "note", "overridden"}, ...], "failures": [...], ...}` (rows written
+before `note`/`overridden` existed read as empty/false).
 """
 
 from __future__ import annotations

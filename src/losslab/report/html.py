@@ -82,6 +82,14 @@ def _kv_table(d: dict[str, Any] | None, skip: tuple[str, ...] = ()) -> str:
     return f"<table>{rows}</table>"
 
 
+def _check_note(row: dict[str, Any]) -> str:
+    """A check row's note, saying so when `--force` overrode it (`losslab.checks.Check`)."""
+    note = str(row.get("note") or "")
+    if row.get("overridden"):
+        return f"{note}; overridden by --force" if note else "overridden by --force"
+    return note
+
+
 def _checks_table(artifact: dict[str, Any] | None, what: str) -> str:
     if artifact is None:
         return f'<p class="muted">{escape(what)} was not reached in this run.</p>'
@@ -98,7 +106,7 @@ def _checks_table(artifact: dict[str, Any] | None, what: str) -> str:
         + _cell(c.get("measured"))
         + _cell(c.get("bound"))
         + _passed_cell(c.get("passed"))
-        + _cell(c.get("note"))
+        + _cell(_check_note(c))
         + "</tr>"
         for c in checks
     )

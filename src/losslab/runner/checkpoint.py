@@ -48,6 +48,13 @@ class Checkpoint:
         return self.path / "trainer"
 
 
+def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's global RNGs (what a checkpoint captures)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
 def capture_rng() -> dict[str, Any]:
     """Python, NumPy and torch global RNG states as JSON-safe values."""
     py_version, py_state, py_gauss = random.getstate()

@@ -1,16 +1,24 @@
-"""What the runner needs from the layers below it, as two small protocols.
+"""The runner's seams: a `Phase` (a row of the phase table), the `PhaseContext` a phase runs in,
+and the `Components` of one run.
 
-`Components` gathers every call the phases make (preflight, restoration, training, gate,
-feasibility, evaluation, decision); `losslab.runner.components.DefaultComponents` implements it
-with losslab's own packages. Keeping the phases behind this seam lets a test drive the whole
-run-directory, checkpoint and resume machinery with a fake in a fraction of a second.
+`_Runner` (runner/run.py) iterates `Components.phases` in order; each phase's `run(ctx)` returns a
+`losslab.checks.PhaseResult` that the runner records and judges. `Components` are the run's
+resources: the schedule, the arms' trainers, their evaluation and executed configuration, and
+the environment; `losslab.runner.components.DefaultComponents` builds them from the plan with
+losslab's own packages (its table is `losslab.runner.phases.PHASES`). Keeping them behind these
+seams lets a test drive the whole run-directory, checkpoint and resume machinery with a fake in
+a fraction of a second.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
+
+from losslab.checks import PhaseResult
+from losslab.runner.rundir import RunDir
 
 
 @dataclass(frozen=True)
@@ -69,53 +77,121 @@ class ArmTrainer(Protocol):
 
 
 class Components(Protocol):
-    """The calls the run phases make; each returns JSON-safe artifacts.
-
-    Check phases (preflight, restoration, gate, feasibility) return
-    `{"passed": bool, "checks": [{"check", "measured", "bound", "passed", "note"}], "failures":
-    [the failed rows], ...}`; the runner stops on the first failure and the report tabulates
-    `checks`.
-    """
+    """One run's resources; every phase and check result is a `losslab.checks.PhaseResult`."""
 
     schedule: Schedule
 
-    def preflight(self) -> dict[str, Any]:
-        """Correctness preflight report: {"passed": bool, "checks": [...], ...}."""
-        ...
-
-    def restoration(self) -> dict[str, Any]:
-        """Restoration preflight report: {"passed": bool, "checks": [...], ...}."""
+    @property
+    def phases(self) -> Sequence[Phase]:
+        """The phase table the runner iterates, in order (`losslab.runner.phases.PHASES`)."""
         ...
 
     def make_trainer(self, arm: str) -> ArmTrainer: ...
 
-    def executed_config(self, arm: str, trainer: ArmTrainer) -> dict[str, dict[str, Any]]:
-        """{key: {"plan": planned value, "executed": value the backend reports}}."""
-        ...
-
-    def gate(
-        self, pilot_rows: list[dict[str, Any]], executed: dict[str, dict[str, Any]]
-    ) -> dict[str, Any]:
-        """Activation gate on the pilot rows and the treatment arm's executed config."""
+    def executed_config(self, arm: str, trainer: ArmTrainer) -> PhaseResult:
+        """The backend's executed configuration of the arm against the plan: the artifact is
+        `{key: {"plan", "executed", "match"}}` (executed_config.json[arm]), a check per key."""
         ...
 
     def eval_probe(self, trainer: ArmTrainer) -> dict[str, Any]:
         """Time a few evaluation items on the pilot's weights: {"eval_s_per_item": ...}."""
         ...
 
-    def feasibility(self, timings: dict[str, Any]) -> dict[str, Any]:
-        """Projected cost from the pilot: `timings` has the pilot's metrics `rows`, its
-        `pilot_seconds`, `setup_seconds` and the eval probe's `eval_s_per_item`."""
-        ...
-
-    def evaluate(self, arm: str, trainer: ArmTrainer) -> list[dict[str, Any]]:
-        """Per-item evaluation rows of the arm's final weights ({"id", "correct", ...})."""
-        ...
-
-    def decide(self, evals: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-        """Apply the plan's decision rule to the paired evaluation rows; the verdict record."""
+    def evaluate(self, arm: str, trainer: ArmTrainer) -> PhaseResult:
+        """The arm's final weights on the test items: the artifact is its per-item rows
+        ({"id", "correct", ...}, eval_<arm>.jsonl)."""
         ...
 
     def environment(self) -> dict[str, Any]:
         """Versions, device and whatever identifies where the run ran (no secrets)."""
         ...
+
+
+class PhaseContext(Protocol):
+    """What a phase may use of the running run (`_Runner` is one): its components and
+    schedule, the records of the phases it needs, the pilot's rows and the trainers.
+
+    Training goes through `train`, which checkpoints every step and writes the arm's
+    metrics.jsonl (the one writer); `open_trainer` records and checks the executed config.
+    """
+
+    comp: Any  # the run's Components; the default phases read DefaultComponents' resources
+    schedule: Schedule
+    run_dir: RunDir  # paths of the run directory
+
+    def log(self, message: str) -> None: ...
+
+    def record(self, phase: str) -> dict[str, Any]:
+        """The manifest entry of an earlier phase (status, seconds and its facts)."""
+        ...
+
+    def intact(self, path: Path) -> bool:
+        """Whether an artifact reads back; a damaged one is set aside (then False)."""
+        ...
+
+    def metrics_rows(self, arm: str) -> list[dict[str, Any]]: ...
+
+    def pilot_rows(self) -> list[dict[str, Any]]:
+        """The treatment arm's first `pilot_steps` metrics rows."""
+        ...
+
+    def executed(self, arm: str) -> dict[str, Any]:
+        """The arm's recorded executed configuration ({} before its trainer was opened)."""
+        ...
+
+    def train(
+        self, arm: str, until: int, before_close: Callable[[ArmTrainer], None] | None = None
+    ) -> float:
+        """Train `arm` to `until` completed steps from its newest checkpoint; setup seconds."""
+        ...
+
+    def checkpoint(self, arm: str) -> Any:
+        """The arm's newest intact `Checkpoint`, or None."""
+        ...
+
+    def open_trainer(self, arm: str) -> ArmTrainer:
+        """Seed and create the arm's trainer; record and check its executed configuration."""
+        ...
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One row of the phase table.
+
+    Args:
+        name: the phase's name in manifest.json, the log and the report.
+        run: `run(ctx) -> PhaseResult`; it may raise `RunError` with a message for the user.
+        needs: the phases whose records it reads; each must stand earlier in the table.
+        artifact: the run-directory path its `PhaseResult.record()` is written to (JSON); None:
+            the record (an object) is kept in its manifest entry.
+        outputs: further files it writes itself, by schedule (the evaluation's
+            eval_<arm>.jsonl); a resumed run redoes a done phase whose outputs are damaged.
+    """
+
+    name: str
+    run: Callable[[PhaseContext], PhaseResult]
+    needs: tuple[str, ...] = ()
+    artifact: str | None = None
+    outputs: Callable[[Schedule], Sequence[str]] | None = None
+
+    def files(self, schedule: Schedule) -> list[str]:
+        """Every file the phase leaves (its artifact first)."""
+        own = list(self.outputs(schedule)) if self.outputs is not None else []
+        return ([self.artifact] if self.artifact else []) + own
+
+
+def check_table(phases: Sequence[Phase]) -> tuple[Phase, ...]:
+    """The table, refused with the row at fault when a name repeats or a phase needs one that
+    does not stand before it."""
+    seen: list[str] = []
+    for phase in phases:
+        if phase.name in seen:
+            raise ValueError(f"phase table: {phase.name!r} appears twice")
+        missing = [n for n in phase.needs if n not in seen]
+        if missing:
+            raise ValueError(
+                f"phase table: {phase.name!r} needs {missing}, which must stand before it "
+                f"(order: {[p.name for p in phases]})"
+            )
+        seen.append(phase.name)
+    return tuple(phases)

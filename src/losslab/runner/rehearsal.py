@@ -27,14 +27,22 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
-from functools import cached_property
+from dataclasses import asdict, dataclass, replace
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from losslab.backends.executed import compare_config
+from losslab.backends.local import LocalServiceClient
+from losslab.backends.local.models import losslab_cache_dir
+from losslab.checks import PhaseResult
 from losslab.runner.components import DefaultComponents
 from losslab.runner.errors import RunError
-from losslab.runner.protocols import Schedule
+from losslab.runner.phases import VERDICT_PHASE
+from losslab.runner.protocols import Phase, PhaseContext, Schedule
+from losslab.stats.cost import plan_cost
 
 REHEARSAL_NOTE = (
     "REHEARSAL: a toy-scale dress rehearsal on a randomly initialised model; it shows that "
@@ -170,8 +178,26 @@ def shrink_plan(plan: Any, scale: RehearsalScale, local_model: str) -> Any:
     )
 
 
-def _mark(artifact: dict[str, Any]) -> dict[str, Any]:
-    return {"REHEARSAL": REHEARSAL_NOTE, **artifact}
+FEASIBILITY_NOTE = (
+    "REHEARSAL: this projection scales the toy pilot's CPU timings to the toy schedule; "
+    "the full plan's cost is `cost_projection` (FLOPs at an assumed utilisation), "
+    "and a real run's pilot measures it. "
+)
+
+
+def _rehearsed(phase: Phase, ctx: PhaseContext) -> PhaseResult:
+    """`phase` run as usual, its artifact (if it writes one) marked REHEARSAL; the verdict also
+    says it is not evidence, in its record and in the log's verdict line."""
+    result = phase.run(ctx)
+    if phase.artifact is None:  # the pilot's and arms' rows and the evaluation mark themselves
+        return result
+    facts: dict[str, Any] = {"REHEARSAL": REHEARSAL_NOTE}
+    if phase.name == "feasibility":
+        facts["note"] = FEASIBILITY_NOTE + str(result.artifact.get("note", ""))
+    if phase.name == VERDICT_PHASE:
+        facts.update(evidence=False, rehearsal_verdict=result.artifact.get("verdict"))
+        result = replace(result, summary=f"{result.summary} (REHEARSAL: toy model, not evidence)")
+    return result.with_facts(**facts)
 
 
 class RehearsalArmTrainer:
@@ -199,8 +225,6 @@ class RehearsalComponents(DefaultComponents):
         scale: RehearsalScale | None = None,
         model_cache: Path | None = None,
     ) -> None:
-        from losslab.backends.local.models import losslab_cache_dir
-
         super().__init__(plan_file, "local", data)  # the rehearsal always runs locally
         self.requested_backend = backend
         self.scale = scale or RehearsalScale()
@@ -240,73 +264,36 @@ class RehearsalComponents(DefaultComponents):
     @cached_property
     def _cost(self) -> Any:
         """The full plan's projected cost (not the toy one), prompts measured on its task."""
-        from losslab.stats.cost import plan_cost
-
         return plan_cost(self.full_plan, task=self.task)
 
     @cached_property
     def service(self) -> Any:
-        from losslab.backends.local import LocalServiceClient
-
         return LocalServiceClient(device="cpu")
 
     def make_trainer(self, arm: str) -> RehearsalArmTrainer:
         return RehearsalArmTrainer(super().make_trainer(arm))
 
-    def executed_config(self, arm: str, trainer: Any) -> dict[str, dict[str, Any]]:
+    @property
+    def phases(self) -> tuple[Phase, ...]:
+        """The default table; every phase that writes an artifact marks it REHEARSAL."""
+        return tuple(replace(p, run=partial(_rehearsed, p)) for p in super().phases)
+
+    def cost_beside_pilot(self, wall_seconds: float, gpu_hours: float) -> dict[str, Any]:
+        return self.cost_projection  # a toy pilot says nothing about the full plan's cost
+
+    def executed_config(self, arm: str, trainer: Any) -> PhaseResult:
         # a row of the executed-config table (plan == executed, so it never fails the check)
         mark = "toy-scale rehearsal on a random model: not evidence"
-        return {
-            "REHEARSAL": {"plan": mark, "executed": mark},
-            **super().executed_config(arm, trainer),
-        }
+        values = super().executed_config(arm, trainer).artifact
+        return compare_config({"REHEARSAL": {"plan": mark, "executed": mark}, **values}, arm)
 
-    def preflight(self) -> dict[str, Any]:
-        return _mark(super().preflight())
-
-    def restoration(self) -> dict[str, Any]:
-        return _mark(super().restoration())
-
-    def gate(self, pilot_rows, executed) -> dict[str, Any]:
-        return _mark(super().gate(pilot_rows, executed))
-
-    def feasibility(self, timings: dict[str, Any]) -> dict[str, Any]:
-        toy = super().feasibility(timings)
-        toy["note"] = (
-            "REHEARSAL: this projection scales the toy pilot's CPU timings to the toy schedule; "
-            "the full plan's cost is `cost_projection` (FLOPs at an assumed utilisation), "
-            "and a real run's pilot measures it. " + str(toy.get("note", ""))
-        )
-        toy["cost_projection"].pop("vs_pilot", None)  # a toy pilot says nothing about it
-        return _mark(toy)
-
-    def evaluate(self, arm: str, trainer: Any) -> list[dict[str, Any]]:
-        return [{**row, "rehearsal": True} for row in super().evaluate(arm, trainer)]
-
-    def decide(self, evals: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-        verdict = super().decide(evals)
-        return _mark({**verdict, "evidence": False, "rehearsal_verdict": verdict.get("verdict")})
+    def evaluate(self, arm: str, trainer: Any) -> PhaseResult:
+        result = super().evaluate(arm, trainer)
+        return replace(result, artifact=[{**row, "rehearsal": True} for row in result.artifact])
 
     def environment(self) -> dict[str, Any]:
         """Also pins torch to one thread for the run (the runner restores the caller's count
         afterwards and records this one for resume): a 32-wide model gains nothing from more,
         and on a loaded shared machine two OpenMP threads thrash (docs/benchmarks.md)."""
-        import torch
-
         torch.set_num_threads(REHEARSAL_THREADS)
         return {**super().environment(), "rehearsal": True, "device": "cpu (rehearsal)"}
-
-
-def rehearsal_marker_text(record: dict[str, Any]) -> str:
-    """REHEARSAL.txt at the run directory's root: what this directory is and is not."""
-    model = record["model"]
-    return (
-        f"{record['note']}.\n\n"
-        f"plan base model: {record['plan_base_model']}\n"
-        f"rehearsal model: {model['architecture']}; {model['num_hidden_layers']} layers "
-        f"{model['layer_types']}, hidden {model['hidden_size']}, {model['params']:.0f} "
-        f"parameters, {model['weights']}\n"
-        f"tokenizer: {model['tokenizer']}\n"
-        f"scale: {record['scale']}\n"
-        "This directory cannot be resumed as a real run.\n"
-    )

@@ -1,4 +1,4 @@
-"""`losslab run`: the phases of one experiment, in order, each leaving its artifact.
+"""`losslab run`: the phase table of `losslab.runner.phases`, in order, each leaving its artifact.
 
     correctness preflight -> restoration preflight -> pilot (first k steps of the treatment arm)
     -> feasibility projection from the pilot's measured timings -> activation gate on the pilot
@@ -7,26 +7,27 @@
 With several seeds in decision_rule.seeds, "both arms" is one pair of arms per seed (the
 schedule's units); everything else is the same.
 
-A phase whose artifact is already recorded as done in manifest.json is skipped, and training
-continues from each arm's newest checkpoint; that is all `--resume` does. A failed check stops
-the run with a message naming the check, the measured value and the bound, unless `force`.
+The runner owns the order, resume, the checkpoints, the lock (via `RunDir`) and the one
+metrics.jsonl writer; each phase owns its checks (`losslab.checks.PhaseResult`). A phase
+recorded as done in manifest.json whose files are intact is skipped, and training continues from
+each arm's newest checkpoint; that is all `--resume` does. A failed check stops the run with a
+message naming the check, the measured value and the bound, unless `force`.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 import errno
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from losslab.backends import DEFAULT_BACKEND
+from losslab.checks import PhaseResult
 from losslab.engine.rl import train_steps
 from losslab.runner.artifacts import DamagedArtifact, read_object, read_rows, set_aside
 from losslab.runner.checkpoint import (
@@ -35,22 +36,23 @@ from losslab.runner.checkpoint import (
     prune_checkpoints,
     restore_rng,
     save_checkpoint,
+    seed_everything,
 )
 from losslab.runner.errors import CheckFailed, RunDirError, RunError
+from losslab.runner.phases import VERDICT_PHASE
 from losslab.runner.progress import RunConsole
-from losslab.runner.protocols import ArmTrainer, Components
+from losslab.runner.protocols import ArmTrainer, Components, Phase, check_table
 from losslab.runner.rundir import (
     BASE_MODEL,
-    PHASES,
     RunDir,
     atomic_write_jsonl,
+    open_run_dir,
     write_json_artifact,
 )
 from losslab.runner.signals import interrupt_exit_code, interrupt_name, sigterm_as_interrupt
 from losslab.runner.trackers import MetricsMirror, open_tracker
 
 KEEP_CHECKPOINTS = 2  # newest two per arm: resume needs one, the other guards a bad disk write
-EVAL_SEED_OFFSET = 1_000_003  # eval RNG stream differs from training's, same for every arm
 
 ComponentsFactory = Callable[[Path, str], Components]
 
@@ -70,18 +72,6 @@ class RunResult:
     run_dir: Path
     verdict: dict[str, Any] | None
     report_html: Path | None
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-def default_run_dir(plan_file: Path, rehearsal: bool = False) -> Path:
-    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%d-%H%M%S")
-    kind = "-REHEARSAL" if rehearsal else ""
-    return Path("runs") / f"{Path(plan_file).stem}{kind}-{stamp}"
 
 
 def run_plan(
@@ -109,8 +99,8 @@ def run_plan(
         quiet: plain log lines instead of progress bars.
         data: a folder with the task's data files (GSM8K: train.jsonl and test.jsonl) for
             machines without the Hugging Face hub or cache; offline tasks ignore it.
-        components_factory: builds the phases' `Components` from (plan file, backend); tests
-            pass a fake. Default: losslab's own packages.
+        components_factory: builds the run's `Components` (its resources and phase table)
+            from (plan file, backend); tests pass a fake. Default: losslab's own packages.
         rehearse: a dress rehearsal (`runner.rehearsal`): every phase of the plan at toy scale
             on a random model of its architecture, on the CPU; never stops at a failed check;
             its directory is marked REHEARSAL and can never be resumed as a real run.
@@ -122,98 +112,66 @@ def run_plan(
         RunError (and subclasses), PlanError: with a message fit for the user.
     """
     with sigterm_as_interrupt():  # a scheduler's SIGTERM unwinds like Ctrl-C
-        return _run_plan(
-            plan_file,
-            backend,
-            out,
-            resume,
-            force,
-            quiet,
-            data,
-            components_factory,
-            rehearse,
-            tracker,
-        )
+        plan_file = Path(plan_file)
+        if not plan_file.is_file():
+            raise RunError(f"plan file {plan_file} does not exist")
+        factory = components_factory or _default_factory(data, rehearse)
+        components = factory(plan_file, backend)  # validates the plan before any write
+        if BASE_MODEL in components.schedule.arms:
+            raise RunError(
+                f"an arm is named {BASE_MODEL!r}, the name of the initial policy's evaluation "
+                f"(eval_{BASE_MODEL}.jsonl); rename the arm"
+            )
+        rehearsal = getattr(components, "rehearsal", None) if rehearse else None
+        mirror = open_tracker(tracker)  # a missing tracker package fails before any write
+        # a rehearsal reaches every phase (force); each check's outcome is still recorded
+        how = dict(backend=backend, force=force or rehearse, rehearsal=rehearsal)
+        run = open_run_dir(plan_file, out=out, resume=resume, **how)
+        command = f"losslab run {plan_file} --backend {backend}" + (" --rehearse" * rehearse)
+        intro = [f"{command}: {'resuming' if resume else 'run directory'} {run.root}"]
+        if rehearsal is not None:
+            model = rehearsal["model"]
+            intro += [
+                rehearsal["note"],
+                f"rehearsal model: {model['architecture']}",
+                f"rehearsal tokenizer: {model['tokenizer']}",
+            ]
+        return _run_in(run, components, intro, f"{command} --resume {run.root}", quiet, mirror)
 
 
-def _run_plan(
-    plan_file: Path,
-    backend: str,
-    out: Path | None,
-    resume: Path | None,
-    force: bool,
-    quiet: bool,
-    data: Path | None,
-    components_factory: ComponentsFactory | None,
-    rehearse: bool,
-    tracker: str | None,
-) -> RunResult:
-    plan_file = Path(plan_file)
-    if not plan_file.is_file():
-        raise RunError(f"plan file {plan_file} does not exist")
-    if components_factory is None:
-        from functools import partial
-
-        from losslab.runner.components import DefaultComponents
-
-        components_factory = partial(DefaultComponents, data=data)
-        if rehearse:
-            from losslab.runner.rehearsal import RehearsalComponents
-
-            components_factory = partial(RehearsalComponents, data=data)
-    components = components_factory(plan_file, backend)  # validates the plan before any write
-    rehearsal = getattr(components, "rehearsal", None) if rehearse else None
+def _default_factory(data: Path | None, rehearse: bool) -> ComponentsFactory:
     if rehearse:
-        force = True  # a rehearsal reaches every phase; each check's outcome is still recorded
-    if BASE_MODEL in components.schedule.arms:
-        raise RunError(
-            f"an arm is named {BASE_MODEL!r}, the name of the initial policy's evaluation "
-            f"(eval_{BASE_MODEL}.jsonl); rename the arm"
-        )
-    mirror = open_tracker(tracker)  # a missing tracker package fails before any write
+        from losslab.runner.rehearsal import RehearsalComponents
 
-    try:
-        if resume is not None:
-            run = RunDir.open_for_resume(
-                resume, plan_file, backend=backend, force=force, rehearsal=rehearsal
-            )
-        else:
-            run = RunDir.create(
-                out or default_run_dir(plan_file, rehearsal=rehearse),
-                plan_file,
-                backend=backend,
-                force=force,
-                rehearsal=rehearsal,
-            )
-            if rehearsal is not None:
-                from losslab.runner.rehearsal import rehearsal_marker_text
+        return partial(RehearsalComponents, data=data)
+    from losslab.runner.components import DefaultComponents
 
-                (run.root / "REHEARSAL.txt").write_text(rehearsal_marker_text(rehearsal))
-    except OSError as e:
-        raise RunDirError(f"cannot write the run directory: {e}") from e
-    flag = " --rehearse" if rehearse else ""
-    resume_hint = f"losslab run {plan_file} --backend {backend}{flag} --resume {run.root}"
+    return partial(DefaultComponents, data=data)
+
+
+def _run_in(
+    run: RunDir,
+    components: Components,
+    intro: list[str],
+    resume_hint: str,
+    quiet: bool,
+    mirror: MetricsMirror | None,
+) -> RunResult:
+    """Run the phases in the opened `run` directory, logging `intro` first; every way out
+    leaves it resumable and released, with a line in run.log saying how it ended."""
     console: RunConsole | None = None
     threads = torch.get_num_threads()  # a resume may pin it to the original run's; restored below
     try:
-        force = bool(run.read_manifest().get("force"))
-        console = RunConsole(run.log_path, quiet=quiet, total_phases=len(PHASES))
+        phases = check_table(components.phases)
         if mirror is not None:
-            mirror.start(run.root.name, _tracker_config(run))
-        how = f"resuming {run.root}" if resume is not None else f"run directory {run.root}"
-        console.log(f"losslab run {plan_file} --backend {backend}{flag}: {how}")
-        if rehearsal is not None:
-            console.log(rehearsal["note"])
-            console.log(f"rehearsal model: {rehearsal['model']['architecture']}")
-            console.log(f"rehearsal tokenizer: {rehearsal['model']['tokenizer']}")
-        return _Runner(run, components, console, force, mirror).run()
+            mirror.start(run.root.name, run.identity)
+        console = RunConsole(run.log_path, quiet=quiet, total_phases=len(phases) + 1)
+        for line in intro:
+            console.log(line)
+        return _Runner(run, components, phases, console, run.force, mirror).run()
     except KeyboardInterrupt as e:
         what = interrupt_name(e)
-        if console is not None:
-            try:
-                console.log(f"{what}; the run directory is resumable: {resume_hint}")
-            except OSError:  # e.g. the disk is full: the message below still reaches the user
-                pass
+        _log_quietly(console, f"{what}; the run directory is resumable: {resume_hint}")
         raise RunInterrupted(f"{what}. Continue with: {resume_hint}", interrupt_exit_code(e)) from e
     except OSError as e:
         if e.errno == errno.ENOSPC:
@@ -242,17 +200,6 @@ def _run_plan(
         torch.set_num_threads(threads)
 
 
-def _tracker_config(run: RunDir) -> dict[str, Any]:
-    """What a tracker run records besides the metrics: identifiers only, never the environment."""
-    manifest = run.read_manifest()
-    return {
-        "run_dir": str(run.root.resolve()),
-        "plan_sha256": manifest.get("plan_sha256"),
-        "losslab_version": manifest.get("losslab_version"),
-        "backend": manifest.get("backend"),
-    }
-
-
 def _log_quietly(console: RunConsole | None, message: str) -> None:
     """Log a last line if the log can still be written (not on a full disk)."""
     if console is None:
@@ -264,36 +211,77 @@ def _log_quietly(console: RunConsole | None, message: str) -> None:
 
 
 class _Runner:
+    """One run of the phase table: order, resume, checkpoints and the metrics writer.
+
+    It is the `PhaseContext` every phase runs in (`losslab.runner.protocols`).
+    """
+
     def __init__(
         self,
         run: RunDir,
         comp: Components,
+        phases: tuple[Phase, ...],
         console: RunConsole,
         force: bool,
         mirror: MetricsMirror | None = None,
     ) -> None:
-        self.run_dir, self.comp, self.console, self.force = run, comp, console, force
-        self.sched = comp.schedule
-        self.mirror = mirror
+        self.run_dir, self.comp, self.phases = run, comp, phases
+        self.console, self.force, self.mirror = console, force, mirror
+        self.schedule = comp.schedule
 
-    # --- the phases, in order ----------------------------------------------------------------
     def run(self) -> RunResult:
         self._write_environment()
-        self._check_phase("preflight", self.run_dir.preflight_path, self.comp.preflight)
-        self._check_phase("restoration", self.run_dir.restoration_path, self.comp.restoration)
-        self._pilot()
-        self._check_phase("feasibility", self.run_dir.feasibility_path, self._feasibility)
-        self._check_phase("gate", self.run_dir.gate_path, self._gate)
-        self._arms()
-        self._evaluation()
-        verdict = self._decision()
+        for phase in self.phases:
+            self._run_phase(phase)
         html = self._report()
-        line = self._verdict_line(verdict)
-        if self.run_dir.read_manifest().get("rehearsal"):
-            line += " (REHEARSAL: toy model, not evidence)"
-        self.console.log(line)
+        verdict = None
+        decision = next((p for p in self.phases if p.name == VERDICT_PHASE and p.artifact), None)
+        if decision is not None and decision.artifact:
+            verdict = read_object(self.path(decision.artifact))
+            line = self.record(decision.name).get("summary")  # the verdict line
+            if line:
+                self.console.log(line)
         self.console.log(f"report: {html.resolve()}")
         return RunResult(self.run_dir.root, verdict, html)
+
+    # --- the phase table -----------------------------------------------------------------------
+    def _run_phase(self, phase: Phase) -> None:
+        """Run one phase, or skip it when recorded done with its files intact (resume)."""
+        done = self.record(phase.name).get("status") in ("done", "forced")
+        if done and all(self.intact(self.path(f)) for f in phase.files(self.schedule)):
+            self.console.skip_phase(phase.name, "already done (resume)")
+            return
+        t0 = time.perf_counter()
+        with self.console.phase(phase.name):
+            result = phase.run(self)
+            if not result.passed and self.force:
+                result = result.overridden()
+            if phase.artifact:
+                write_json_artifact(self.path(phase.artifact), result.record())
+            if result.summary:
+                self.console.log(f"[{phase.name}] {result.summary}")
+        # a phase without a file keeps its record in its manifest entry (the pilot's facts)
+        info = {} if phase.artifact else dict(result.record())
+        info.update(seconds=time.perf_counter() - t0, summary=result.summary)
+        if phase.artifact:
+            info["artifact"] = phase.artifact
+        self._judge(phase.name, result, phase.artifact or "manifest.json", info)
+
+    def _judge(self, name: str, result: PhaseResult, artifact: str, info: dict[str, Any]) -> None:
+        """Record a phase's outcome; stop on its first failed check unless --force."""
+        failed = result.first_failure
+        if failed is None:
+            self.run_dir.mark_phase(name, "done", **info)
+            return
+        err = CheckFailed(name, failed.name, failed.measured, str(failed.bound), artifact)
+        if self.force:
+            self.run_dir.mark_phase(name, "forced", message=err.summary, **info)
+            self.console.log(f"WARNING --force continues past: {err.summary}")
+            return
+        self.run_dir.mark_phase(name, "failed", message=str(err), **info)
+        self.console.log(f"stopped: {err}")
+        self._report(quiet_fail=True)
+        raise err
 
     def _write_environment(self) -> None:
         """Record the environment on the first run; on resume, pin torch's thread count to the
@@ -313,109 +301,32 @@ class _Runner:
                     f"(this process had {torch.get_num_threads()}), so results stay identical"
                 )
                 torch.set_num_threads(threads)
+        sched = self.schedule
         manifest["schedule"] = {
-            "arms": list(self.sched.arms),
-            "treatment": self.sched.treatment,
-            "steps": self.sched.steps,
-            "pilot_steps": self.sched.pilot_steps,
-            "seeds": self.sched.seeds,
-            "units": {
-                u: {"arm": self.sched.plan_arm(u), "seed": self.sched.seeds[u]}
-                for u in self.sched.arms
-            },
+            "arms": list(sched.arms),
+            "treatment": sched.treatment,
+            "steps": sched.steps,
+            "pilot_steps": sched.pilot_steps,
+            "seeds": sched.seeds,
+            "units": {u: {"arm": sched.plan_arm(u), "seed": sched.seeds[u]} for u in sched.arms},
         }
         self.run_dir.write_manifest(manifest)
 
-    def _status(self, phase: str) -> str | None:
-        return self.run_dir.read_manifest().get("phases", {}).get(phase, {}).get("status")
+    # --- what a phase reads (PhaseContext) ------------------------------------------------------
+    def log(self, message: str) -> None:
+        self.console.log(message)
 
-    def _check_phase(
-        self, name: str, artifact: Path, compute: Callable[[], dict[str, Any]]
-    ) -> None:
-        """Run a pass/fail phase; stop on failure unless forced. Skipped once recorded done."""
-        if self._status(name) in ("done", "forced") and self._intact(artifact):
-            self.console.skip_phase(name, "already done (resume)")
-            return
-        t0 = time.perf_counter()
-        with self.console.phase(name):
-            result = compute()
-            write_json_artifact(artifact, result)
-        seconds = time.perf_counter() - t0
-        rel = str(artifact.relative_to(self.run_dir.root))
-        if result.get("passed", False):
-            self.run_dir.mark_phase(name, "done", seconds=seconds, artifact=rel)
-            return
-        failures = result.get("failures") or [
-            {"check": name, "measured": "failed", "bound": "see artifact"}
-        ]
-        first = failures[0]
-        err = CheckFailed(name, str(first["check"]), first["measured"], str(first["bound"]), rel)
-        if self.force:
-            self.run_dir.mark_phase(
-                name, "forced", seconds=seconds, artifact=rel, message=err.summary
-            )
-            self.console.log(f"WARNING --force continues past: {err.summary}")
-            return
-        self.run_dir.mark_phase(name, "failed", seconds=seconds, artifact=rel, message=str(err))
-        self.console.log(f"stopped: {err}")
-        self._report(quiet_fail=True)
-        raise err
+    def path(self, relative: str) -> Path:
+        return self.run_dir.root / relative
 
-    def _pilot(self) -> None:
-        if self._status("pilot") == "done":
-            self.console.skip_phase("pilot", "already done (resume)")
-            return
-        k = self.sched.pilot_steps
-        t0 = time.perf_counter()
-        probe: dict[str, Any] = {}
+    def record(self, phase: str) -> dict[str, Any]:
+        return self.run_dir.read_manifest().get("phases", {}).get(phase, {})
 
-        def time_eval(trainer: ArmTrainer) -> None:
-            t = time.perf_counter()
-            probe.update(self.comp.eval_probe(trainer))
-            probe["eval_probe_seconds"] = time.perf_counter() - t
-
-        with self.console.phase("pilot", f"first {k} steps of {self.sched.treatment}"):
-            _, setup_s = self._train(self.sched.treatment, until=k, before_close=time_eval)
-        self.run_dir.mark_phase(
-            "pilot",
-            "done",
-            seconds=time.perf_counter() - t0,
-            steps=k,
-            arm=self.sched.treatment,
-            setup_seconds=setup_s,
-            **probe,
-        )
-
-    def _pilot_rows(self) -> list[dict[str, Any]]:
-        return self._metrics_rows(self.sched.treatment)[: self.sched.pilot_steps]
-
-    def _metrics_rows(self, arm: str) -> list[dict[str, Any]]:
-        """The arm's metrics.jsonl; a damaged one is rebuilt from its checkpoint (same rows)."""
-        path = self.run_dir.metrics_path(arm)
-        if not self._intact(path, read_rows):
-            ck = self._checkpoint(arm)
-            if ck is None:
-                raise RunDirError(f"{path} is damaged and arm {arm} has no intact checkpoint")
-            atomic_write_jsonl(path, ck.metrics)
-            self.console.log(f"rebuilt {path.name} of {arm} from checkpoint {ck.path.name}")
-        return read_rows(path)
-
-    def _verify_report_inputs(self) -> None:
-        """Before the report reads them: rebuild damaged metrics; a damaged executed-config
-        record is set aside (the report then shows it as absent; the log names it). The check
-        phases' artifacts were verified, and recomputed if damaged, by `_check_phase`."""
-        for arm in self.sched.arms:
-            if self.run_dir.metrics_path(arm).exists():
-                self._metrics_rows(arm)
-        if self.run_dir.executed_config_path.exists():
-            self._intact(self.run_dir.executed_config_path)
-
-    # --- artifacts read back -----------------------------------------------------------------
-    def _intact(self, path: Path, reader: Callable[[Path], Any] = read_object) -> bool:
-        """Whether `path` reads back with its schema; a damaged file is named, set aside as
-        `<name>.damaged` and recomputed by the caller."""
+    def intact(self, path: Path) -> bool:
+        """Whether `path` reads back with its schema (JSON lines for .jsonl, else one object);
+        a damaged file is named, set aside as `<name>.damaged` and recomputed by the caller."""
         try:
-            reader(path)
+            (read_rows if path.suffix == ".jsonl" else read_object)(path)
             return True
         except DamagedArtifact as e:
             if path.exists():
@@ -423,7 +334,28 @@ class _Runner:
                 self.console.log(f"{e}; set aside as {aside.name}")
             return False
 
-    def _checkpoint(self, arm: str) -> Checkpoint | None:
+    def metrics_rows(self, arm: str) -> list[dict[str, Any]]:
+        """The arm's metrics.jsonl; a damaged one is rebuilt from its checkpoint (same rows)."""
+        path = self.run_dir.metrics_path(arm)
+        if not self.intact(path):
+            ck = self.checkpoint(arm)
+            if ck is None:
+                raise RunDirError(f"{path} is damaged and arm {arm} has no intact checkpoint")
+            atomic_write_jsonl(path, ck.metrics)
+            self.console.log(f"rebuilt {path.name} of {arm} from checkpoint {ck.path.name}")
+        return read_rows(path)
+
+    def pilot_rows(self) -> list[dict[str, Any]]:
+        return self.metrics_rows(self.schedule.treatment)[: self.schedule.pilot_steps]
+
+    def executed(self, arm: str) -> dict[str, Any]:
+        return self._executed_record().get(arm, {})
+
+    def _executed_record(self) -> dict[str, Any]:
+        path = self.run_dir.executed_config_path
+        return read_object(path) if path.is_file() and self.intact(path) else {}
+
+    def checkpoint(self, arm: str) -> Checkpoint | None:
         """The arm's newest intact checkpoint; each newer damaged one is named in the log."""
         ck, damaged = newest_intact_checkpoint(self.run_dir.checkpoints_dir(arm))
         for path, why in damaged:
@@ -433,109 +365,7 @@ class _Runner:
             self.console.log(f"{arm}: falling back to the newest intact one: {fallback}")
         return ck
 
-    def _feasibility(self) -> dict[str, Any]:
-        pilot = self.run_dir.read_manifest()["phases"]["pilot"]
-        rows = self._pilot_rows()
-        timings = {
-            "rows": rows,
-            "pilot_steps": len(rows),
-            "step_seconds": [r.get("time/step_s") for r in rows],
-            "setup_seconds": pilot.get("setup_seconds"),
-            "pilot_seconds": pilot.get("seconds"),
-            "eval_s_per_item": pilot.get("eval_s_per_item"),
-            "arms": len(self.sched.arms),
-            "steps_per_arm": self.sched.steps,
-        }
-        return self.comp.feasibility(timings)
-
-    def _gate(self) -> dict[str, Any]:
-        path = self.run_dir.executed_config_path
-        recorded = read_object(path) if path.is_file() and self._intact(path) else {}
-        return self.comp.gate(self._pilot_rows(), recorded.get(self.sched.treatment, {}))
-
-    def _arms(self) -> None:
-        if self._status("arms") == "done":
-            self.console.skip_phase("arms", "already done (resume)")
-            return
-        t0 = time.perf_counter()
-        with self.console.phase("arms", f"{len(self.sched.arms)} arms x {self.sched.steps} steps"):
-            for arm in self.sched.arms:
-                self._train(arm, until=self.sched.steps)
-        self.run_dir.mark_phase("arms", "done", seconds=time.perf_counter() - t0)
-
-    def _evaluation(self) -> None:
-        if self._status("evaluation") == "done" and all(
-            self._intact(self.run_dir.eval_path(arm), read_rows) for arm in self.sched.arms
-        ):
-            self.console.skip_phase("evaluation", "already done (resume)")
-            return
-        t0 = time.perf_counter()
-        with self.console.phase("evaluation"):
-            base_accuracy = self._evaluate_base()
-            for arm in self.sched.arms:
-                path = self.run_dir.eval_path(arm)
-                if path.is_file() and self._intact(path, read_rows):
-                    self.console.log(f"evaluation of {arm}: already done (resume)")
-                    continue
-                ck = self._checkpoint(arm)
-                if ck is None or ck.step != self.sched.steps:  # final one damaged: redo the rest
-                    self._train(arm, until=self.sched.steps)
-                    ck = self._checkpoint(arm)
-                if ck is None or ck.step != self.sched.steps:
-                    raise RunError(f"arm {arm} has no final checkpoint to evaluate")
-                trainer = self._open_trainer(arm)
-                try:
-                    trainer.load(ck.trainer_dir, ck.trainer, ck.cursor)
-                    seed_everything(self.sched.seeds[arm] + EVAL_SEED_OFFSET)
-                    t_arm = time.perf_counter()
-                    rows = self.comp.evaluate(arm, trainer)
-                    acc = _accuracy(rows)
-                    self.console.log(
-                        f"evaluation of {arm}: {len(rows)} items, accuracy {acc:.4f} "
-                        f"({acc - base_accuracy:+.4f} vs base model), "
-                        f"{time.perf_counter() - t_arm:.1f} s"
-                    )
-                finally:
-                    trainer.close()
-                atomic_write_jsonl(path, rows)
-        self.run_dir.mark_phase("evaluation", "done", seconds=time.perf_counter() - t0)
-
-    def _evaluate_base(self) -> float:
-        """Evaluate the initial policy once (a fresh trainer of the first arm, untrained; every
-        arm starts from these weights, as the restoration preflight checks); its accuracy."""
-        path = self.run_dir.base_eval_path
-        if path.is_file() and self._intact(path, read_rows):
-            self.console.log("evaluation of the base model: already done (resume)")
-            return _accuracy(read_rows(path))
-        arm = self.sched.arms[0]
-        seed_everything(self.sched.seeds[arm])  # the same initial state the arm trains from
-        t0 = time.perf_counter()
-        trainer = self.comp.make_trainer(arm)
-        try:
-            seed_everything(self.sched.seeds[arm] + EVAL_SEED_OFFSET)
-            rows = self.comp.evaluate(arm, trainer)
-        finally:
-            trainer.close()
-        atomic_write_jsonl(path, rows)
-        acc = _accuracy(rows)
-        self.console.log(
-            f"evaluation of the base model (initial policy): {len(rows)} items, accuracy "
-            f"{acc:.4f}, {time.perf_counter() - t0:.1f} s"
-        )
-        return acc
-
-    def _decision(self) -> dict[str, Any]:
-        if self._status("decision") == "done" and self._intact(self.run_dir.verdict_path):
-            self.console.skip_phase("decision", "already done (resume)")
-            return read_object(self.run_dir.verdict_path)
-        t0 = time.perf_counter()
-        with self.console.phase("decision"):
-            evals = {arm: read_rows(self.run_dir.eval_path(arm)) for arm in self.sched.arms}
-            verdict = self.comp.decide(evals)
-            write_json_artifact(self.run_dir.verdict_path, verdict)
-        self.run_dir.mark_phase("decision", "done", seconds=time.perf_counter() - t0)
-        return verdict
-
+    # --- the report ------------------------------------------------------------------------------
     def _report(self, quiet_fail: bool = False) -> Path:
         from losslab.report import build_report
 
@@ -549,73 +379,61 @@ class _Runner:
                 path = self.run_dir.report_html_path
             return path
         with self.console.phase("report"):
-            self._verify_report_inputs()
+            # before the report reads them: rebuild damaged metrics; a damaged executed-config
+            # record is set aside (the report shows it as absent; the log names it). The phases'
+            # artifacts were verified, and recomputed if damaged, by `_run_phase`
+            for arm in self.schedule.arms:
+                if self.run_dir.metrics_path(arm).exists():
+                    self.metrics_rows(arm)
+            self._executed_record()
             paths = build_report(self.run_dir.root)
         self.run_dir.mark_phase("report", "done", seconds=time.perf_counter() - t0)
         return paths.html_path
 
-    @staticmethod
-    def _verdict_line(verdict: dict[str, Any]) -> str:
-        # the verdict record of losslab.stats (Verdict.to_dict): "verdict" word and "ci" bounds
-        ci = verdict.get("ci")
-        ci_text = f" (CI [{ci[0]:+.4f}, {ci[1]:+.4f}])" if ci else ""
-        return f"verdict: {verdict.get('verdict')}{ci_text}"
-
-    # --- training with per-step checkpoints --------------------------------------------------
-    def _open_trainer(self, arm: str) -> ArmTrainer:
+    # --- training with per-step checkpoints ------------------------------------------------------
+    def open_trainer(self, arm: str) -> ArmTrainer:
         """Seed, create the arm's trainer, and record + check its executed configuration."""
-        seed_everything(self.sched.seeds[arm])
+        seed_everything(self.schedule.seeds[arm])
         trainer = self.comp.make_trainer(arm)
-        path = self.run_dir.executed_config_path
-        recorded = read_object(path) if path.is_file() and self._intact(path) else {}
+        recorded = self._executed_record()
         if arm not in recorded:
-            values = self.comp.executed_config(arm, trainer)
-            for v in values.values():
-                v["match"] = v.get("plan") == v.get("executed")
-            recorded[arm] = values
+            result = self.comp.executed_config(arm, trainer)
+            if not result.passed and self.force:
+                result = result.overridden()
+            recorded[arm] = result.artifact
+            path = self.run_dir.executed_config_path
             write_json_artifact(path, recorded)
-            bad = [(k, v) for k, v in values.items() if not v["match"]]
-            if bad:
-                key, v = bad[0]
-                err = CheckFailed(
-                    "executed config",
-                    f"{arm}.{key}",
-                    v.get("executed"),
-                    f"== {v.get('plan')!r} (the plan)",
-                    path.name,
-                )
-                if not self.force:
+            if not result.passed:
+                try:
+                    self._judge("executed_config", result, path.name, {})
+                except CheckFailed:
                     trainer.close()
-                    self.run_dir.mark_phase("executed_config", "failed", message=str(err))
-                    self.console.log(f"stopped: {err}")
-                    self._report(quiet_fail=True)
-                    raise err
-                self.run_dir.mark_phase("executed_config", "forced", message=err.summary)
-                self.console.log(f"WARNING --force continues past: {err.summary}")
+                    raise
         return trainer
 
-    def _train(
+    def train(
         self,
         arm: str,
         until: int,
         before_close: Callable[[ArmTrainer], None] | None = None,
-    ) -> tuple[list[dict[str, Any]], float]:
-        """Train `arm` up to `until` completed steps, checkpointing after every step.
+    ) -> float:
+        """Train `arm` up to `until` completed steps, checkpointing after every step; the
+        seconds it took to set the trainer up.
 
         `before_close(trainer)` runs on the trained state before the trainer is released (the
         pilot times a few evaluation items there); it runs after the last checkpoint, so it
         cannot change what a resumed run computes.
         """
         ckdir = self.run_dir.checkpoints_dir(arm)
-        ck = self._checkpoint(arm)
+        ck = self.checkpoint(arm)
         start = ck.step if ck else 0
         if ck is not None:  # the checkpoint is the truth; a kill may have come before this write
             atomic_write_jsonl(self.run_dir.metrics_path(arm), ck.metrics)
         if start >= until and before_close is None:
             self.console.log(f"{arm}: {start} steps already done (resume)")
-            return (ck.metrics if ck else []), 0.0
+            return 0.0
         t_setup = time.perf_counter()
-        trainer = self._open_trainer(arm)
+        trainer = self.open_trainer(arm)
         rows: list[dict[str, Any]] = []
         if ck is not None:
             trainer.load(ck.trainer_dir, ck.trainer, ck.cursor)
@@ -635,17 +453,13 @@ class _Runner:
                     atomic_write_jsonl(self.run_dir.metrics_path(arm), rows)
                     if self.mirror is not None:
                         self.mirror.log(arm, row)
-                    prune_checkpoints(ckdir, KEEP_CHECKPOINTS, protect={self.sched.steps})
+                    prune_checkpoints(ckdir, KEEP_CHECKPOINTS, protect={self.schedule.steps})
                     bar.done(i, row["time/step_s"], _step_summary(row))
             if before_close is not None:
                 before_close(trainer)
         finally:
             trainer.close()
-        return rows, setup_s
-
-
-def _accuracy(rows: list[dict[str, Any]]) -> float:
-    return sum(bool(r.get("correct")) for r in rows) / max(len(rows), 1)
+        return setup_s
 
 
 def _step_summary(row: dict[str, Any]) -> str:

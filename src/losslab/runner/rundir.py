@@ -17,6 +17,7 @@ Layout (every path is relative to the run directory):
     verdict.json                  decision rule applied to the paired evaluation
     report.json, report.html      the report (`losslab report RUN_DIR` rebuilds both)
     run.log                       what the run printed, plus timings
+    REHEARSAL.txt                 only in a `--rehearse` run's directory: what it is and is not
     .lock                         flock of the process running in this directory (its pid inside)
 
 A file only appears once it is complete (`losslab.atomic`: temp file + `os.replace`), so a run
@@ -43,17 +44,11 @@ from losslab.runner.lock import LOCK_NAME, RunDirLock, RunDirLocked, acquire
 MANIFEST_FORMAT = 1
 BASE_MODEL = "base_model"
 """Name of the initial policy's evaluation (eval_base_model.jsonl), reserved among arm names."""
-PHASES = (
-    "preflight",
-    "restoration",
-    "pilot",
-    "feasibility",
-    "gate",
-    "arms",
-    "evaluation",
-    "decision",
-    "report",
-)
+
+
+def eval_file(arm: str) -> str:
+    """The run-directory name of an arm's per-item evaluation."""
+    return f"eval_{arm}.jsonl"
 
 
 def dumps_json(obj: Any) -> str:
@@ -144,6 +139,52 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def default_run_dir(plan_file: Path, rehearsal: bool = False) -> Path:
+    """runs/<plan name>[-REHEARSAL]-<UTC time>."""
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%d-%H%M%S")
+    kind = "-REHEARSAL" if rehearsal else ""
+    return Path("runs") / f"{Path(plan_file).stem}{kind}-{stamp}"
+
+
+def rehearsal_marker_text(record: dict[str, Any]) -> str:
+    """REHEARSAL.txt at the run directory's root: what this directory is and is not."""
+    model = record["model"]
+    return (
+        f"{record['note']}.\n\n"
+        f"plan base model: {record['plan_base_model']}\n"
+        f"rehearsal model: {model['architecture']}; {model['num_hidden_layers']} layers "
+        f"{model['layer_types']}, hidden {model['hidden_size']}, {model['params']:.0f} "
+        f"parameters, {model['weights']}\n"
+        f"tokenizer: {model['tokenizer']}\n"
+        f"scale: {record['scale']}\n"
+        "This directory cannot be resumed as a real run.\n"
+    )
+
+
+def open_run_dir(
+    plan_file: Path,
+    *,
+    out: Path | None,
+    resume: Path | None,
+    backend: str,
+    force: bool,
+    rehearsal: dict[str, Any] | None,
+) -> RunDir:
+    """The locked run directory of a `losslab run`: `resume` reopened (same plan, backend and
+    version), else a fresh one at `out` (default `default_run_dir`)."""
+    how = dict(backend=backend, force=force, rehearsal=rehearsal)
+    try:
+        if resume is not None:
+            run = RunDir.open_for_resume(resume, plan_file, **how)
+        else:
+            root = out or default_run_dir(plan_file, rehearsal=rehearsal is not None)
+            run = RunDir.create(root, plan_file, **how)
+    except OSError as e:
+        raise RunDirError(f"cannot write the run directory: {e}") from e
+    run.remember(run.read_manifest())
+    return run
+
+
 def _now() -> str:
     return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -154,6 +195,16 @@ class RunDir:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.lock: RunDirLock | None = None  # held from create/open_for_resume until release()
+        self.force = False  # `--force` of this run or of any run of it before (the manifest's)
+        self.identity: dict[str, Any] = {}  # identifiers for a tracker; never the environment
+
+    def remember(self, manifest: dict[str, Any]) -> None:
+        """Keep what the run reads of its manifest once: `force` and `identity`."""
+        self.force = bool(manifest.get("force"))
+        self.identity = {
+            "run_dir": str(self.root.resolve()),
+            **{k: manifest.get(k) for k in ("plan_sha256", "losslab_version", "backend")},
+        }
 
     def release(self) -> None:
         """Free the run directory for another `losslab run` (process exit frees it too)."""
@@ -171,36 +222,8 @@ class RunDir:
         return self.root / "plan.json"
 
     @property
-    def preflight_path(self) -> Path:
-        return self.root / "preflight.json"
-
-    @property
-    def restoration_path(self) -> Path:
-        return self.root / "restoration.json"
-
-    @property
-    def pilot_dir(self) -> Path:
-        return self.root / "pilot"
-
-    @property
-    def gate_path(self) -> Path:
-        return self.pilot_dir / "gate.json"
-
-    @property
-    def feasibility_path(self) -> Path:
-        return self.root / "feasibility.json"
-
-    @property
     def executed_config_path(self) -> Path:
         return self.root / "executed_config.json"
-
-    @property
-    def verdict_path(self) -> Path:
-        return self.root / "verdict.json"
-
-    @property
-    def report_json_path(self) -> Path:
-        return self.root / "report.json"
 
     @property
     def report_html_path(self) -> Path:
@@ -220,7 +243,7 @@ class RunDir:
         return self.arm_dir(arm) / "checkpoints"
 
     def eval_path(self, arm: str) -> Path:
-        return self.root / f"eval_{arm}.jsonl"
+        return self.root / eval_file(arm)
 
     @property
     def base_eval_path(self) -> Path:
@@ -250,9 +273,6 @@ class RunDir:
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         manifest["updated_at"] = _now()
         write_json_artifact(self.manifest_path, manifest)
-
-    def phase_done(self, phase: str) -> bool:
-        return self.read_manifest().get("phases", {}).get(phase, {}).get("status") == "done"
 
     def mark_phase(self, phase: str, status: str, **info: Any) -> None:
         """Record a phase's status ("done", "failed", "forced") and facts such as its seconds."""
@@ -328,6 +348,7 @@ class RunDir:
         }
         if rehearsal is not None:
             manifest["rehearsal"] = rehearsal
+            atomic_write_text(self.root / "REHEARSAL.txt", rehearsal_marker_text(rehearsal))
         self.write_manifest(manifest)
 
     @classmethod

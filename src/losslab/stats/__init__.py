@@ -13,10 +13,11 @@ from losslab.stats.decision import (
     Verdict,
     decide,
     evaluate_criterion,
+    verdict_line,
     verdict_word,
 )
-from losslab.stats.feasibility import StepTimings, project_feasibility
-from losslab.stats.gate import GateCheckResult, GateResult, check_bound, evaluate_gate
+from losslab.stats.feasibility import StepTimings, feasibility_phase, project_feasibility
+from losslab.stats.gate import check_bound, evaluate_gate
 from losslab.stats.paired import (
     IntervalEstimate,
     McNemarResult,
@@ -29,8 +30,6 @@ from losslab.stats.paired import (
 
 __all__ = [
     "CriterionResult",
-    "GateCheckResult",
-    "GateResult",
     "IntervalEstimate",
     "McNemarResult",
     "PairedOutcomes",
@@ -42,9 +41,11 @@ __all__ = [
     "empirical_bernstein_ci",
     "evaluate_criterion",
     "evaluate_gate",
+    "feasibility_phase",
     "hoeffding_ci",
     "mcnemar_exact",
     "paired_t_ci",
     "project_feasibility",
+    "verdict_line",
     "verdict_word",
 ]

@@ -448,3 +448,10 @@ def _to_settle(results: Sequence[CriterionResult], alpha: float) -> ToSettle | N
     return to_settle(
         result.id, result.estimate, float(sd), result.n, alpha, (low, high), result.margin
     )
+
+
+def verdict_line(record: Mapping[str, Any]) -> str:
+    """The log's one line about a verdict record: `verdict: refuted (CI [-0.8395, -0.1605])`."""
+    ci = record.get("ci")
+    ci_text = f" (CI [{ci[0]:+.4f}, {ci[1]:+.4f}])" if ci else ""
+    return f"verdict: {record.get('verdict')}{ci_text}"

@@ -10,15 +10,24 @@ With `pilot_reused` (the runner continues the treatment arm from the pilot's che
 steps are part of that arm's training and are not counted a second time: pilot = 0 in the sums.
 
 The result has the plan's `feasibility_check` form; status `pass` when both projections fit the
-budget, `fail` otherwise, with one problem line per exceeded limit.
+budget, `fail` otherwise, with one problem line per exceeded limit. `feasibility_phase` is the
+run's phase: that projection from the pilot's timings, one `Check` per budget limit.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import Any
 
+from losslab.checks import Check, PhaseResult
 from losslab.plan import FeasibilityCheck, Plan
+
+PROJECTION_NOTE = (
+    "the pilot's steps count once, inside the treatment arm that continues from them; "
+    "preflights, model loading and the report are not projected"
+)
 
 
 @dataclass(frozen=True)
@@ -50,6 +59,32 @@ class StepTimings:
                 raise ValueError(f"timings.{f.name} must be a number, got {value!r}")
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"timings.{f.name} must be finite and >= 0, got {value!r}")
+
+    @classmethod
+    def from_pilot(
+        cls,
+        rows: Sequence[Mapping[str, Any]],
+        *,
+        updates_per_batch: int,
+        eval_s_per_item: float | None,
+        gpus: float,
+        measured_s: float | None,
+    ) -> StepTimings:
+        """Mean timings of the pilot's metrics rows (the engine's `time/*` keys; an optim step
+        is one of `updates_per_batch` per rollout step), for a pilot the treatment arm reuses."""
+        n = max(len(rows), 1)
+        sample_s = sum(r.get("time/sample_s", 0.0) + r.get("time/snapshot_s", 0.0) for r in rows)
+        train_s = sum(
+            r.get("time/forward_backward_s", 0.0) + r.get("time/optim_s", 0.0) for r in rows
+        )
+        return cls(
+            sample_s=sample_s / n,
+            train_s=train_s / n / updates_per_batch,
+            eval_s_per_item=float(eval_s_per_item or 0.0),
+            gpus=gpus,
+            measured_s=float(measured_s or 0.0),
+            pilot_reused=True,
+        )
 
 
 def project_feasibility(timings: StepTimings, plan: Plan) -> FeasibilityCheck:
@@ -97,3 +132,37 @@ def project_feasibility(timings: StepTimings, plan: Plan) -> FeasibilityCheck:
         known_gpu_hours=timings.gpus * timings.measured_s / 3600.0,
         phases=phases,
     )
+
+
+def feasibility_phase(timings: StepTimings, plan: Plan) -> PhaseResult:
+    """The run's feasibility check: `project_feasibility` as the artifact (with the timings it
+    scaled), one `Check` per limit the plan's `budget` sets. A plan whose
+    `feasibility_check.required` is false records an exceeded budget without stopping."""
+    fc = project_feasibility(timings, plan)
+    budget = plan.budget
+    checks = []
+    if budget.max_wall_minutes is not None:
+        checks.append(
+            Check(
+                "projected wall minutes",
+                fc.wall_seconds / 60,
+                f"<= {budget.max_wall_minutes:g}",
+                passed=fc.wall_seconds <= budget.max_wall_minutes * 60,
+            )
+        )
+    if budget.gpu_hours is not None:
+        checks.append(
+            Check(
+                "projected GPU-hours",
+                fc.gpu_hours,
+                f"<= {budget.gpu_hours:g}",
+                passed=fc.gpu_hours <= budget.gpu_hours,
+            )
+        )
+    artifact = {
+        **fc.model_dump(),
+        "projected_wall_seconds": fc.wall_seconds,
+        "timings": asdict(timings),
+        "note": PROJECTION_NOTE,
+    }
+    return PhaseResult(artifact, checks=checks, required=plan.feasibility_required)

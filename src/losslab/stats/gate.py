@@ -1,4 +1,4 @@
-"""Activation gate: the pilot's measured metrics against the plan's bounds, one row per check.
+"""Activation gate: the pilot's measured metrics against the plan's bounds, one `Check` per check.
 
 A loss whose trust region never fires (ratio == 1 with one update per fresh batch) makes the two
 arms the same update; the gate stops the sweep before that costs a full run. Unknown metric names
@@ -10,64 +10,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
 from typing import Any
 
+from losslab.checks import Check, PhaseResult
 from losslab.plan import ActivationGate, GateCheck
 
-
-@dataclass(frozen=True)
-class GateCheckResult:
-    """One check: the measured value, the bound (as numbers and as text), pass or fail, and why."""
-
-    metric: str
-    measured: Any
-    bound: str
-    min: float | None
-    max: float | None
-    one_of: list[Any] | None
-    passed: bool
-    reason: str
-
-
-@dataclass(frozen=True)
-class GateResult:
-    """All checks; `passed` only when the gate is not applicable or every check passed."""
-
-    applicable: bool
-    passed: bool
-    checks: list[GateCheckResult]
-
-    @property
-    def failed(self) -> list[GateCheckResult]:
-        return [c for c in self.checks if not c.passed]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "applicable": self.applicable,
-            "passed": self.passed,
-            "checks": [asdict(c) for c in self.checks],
-        }
+NOT_APPLICABLE = "activation_gate is not applicable in the plan"
 
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def check_bound(check: GateCheck, measured: Any) -> GateCheckResult:
-    """Compare one measured value with one check's bound."""
+def check_bound(check: GateCheck, measured: Any) -> Check:
+    """Compare one measured value with one check's bound: the row names the gate metric, the
+    bound as the plan's text (`"[0.001, 0.3]"`, `">= 0.005"`, `"one of [...]"`) and why."""
 
-    def result(passed: bool, reason: str) -> GateCheckResult:
-        return GateCheckResult(
-            check.metric,
-            measured,
-            check.bound_text(),
-            check.min,
-            check.max,
-            check.one_of,
-            passed,
-            reason,
-        )
+    def result(passed: bool, reason: str) -> Check:
+        return Check(check.metric, measured, check.bound_text(), passed, note=reason)
 
     if measured is None:
         return result(False, "not measured by the pilot")
@@ -89,20 +49,28 @@ def check_bound(check: GateCheck, measured: Any) -> GateCheckResult:
 
 
 def evaluate_gate(
-    checks: ActivationGate | Sequence[GateCheck] | None, metrics: Mapping[str, Any]
-) -> GateResult:
+    checks: ActivationGate | Sequence[GateCheck] | None,
+    metrics: Mapping[str, Any],
+    *,
+    measured_at_update: int | None = None,
+) -> PhaseResult:
     """Evaluate the plan's activation gate on the pilot's measured metrics.
 
     Args:
         checks: the plan's `activation_gate` (or its `checks`); None or `applicable: false` passes.
         metrics: gate metric name -> measured value (floats; a string for `executed_base_model`).
-            Extra keys are ignored.
+            Extra keys are ignored (and kept in the artifact's `metrics`).
+        measured_at_update: the update within each pilot batch the metrics were read at
+            (`updates_per_batch`), recorded in the artifact.
+
+    Returns:
+        one `Check` per gate check; the artifact (pilot/gate.json) holds the metrics.
     """
-    if checks is None:
-        return GateResult(applicable=False, passed=True, checks=[])
+    if checks is None or (isinstance(checks, ActivationGate) and not checks.applicable):
+        return PhaseResult.not_applicable(NOT_APPLICABLE)
     if isinstance(checks, ActivationGate):
-        if not checks.applicable:
-            return GateResult(applicable=False, passed=True, checks=[])
         checks = checks.checks
-    results = [check_bound(c, metrics.get(c.metric)) for c in checks]
-    return GateResult(applicable=True, passed=all(r.passed for r in results), checks=results)
+    artifact: dict[str, Any] = {"metrics": dict(metrics)}
+    if measured_at_update is not None:
+        artifact["measured_at_update"] = measured_at_update
+    return PhaseResult(artifact, checks=[check_bound(c, metrics.get(c.metric)) for c in checks])

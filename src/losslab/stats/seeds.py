@@ -34,8 +34,9 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
+from losslab.checks import PhaseResult
 from losslab.plan import DecisionRule, Plan, weighted_range
-from losslab.stats.decision import PairedOutcomes, Verdict, decide
+from losslab.stats.decision import PairedOutcomes, Verdict, decide, verdict_line
 from losslab.stats.paired import IntervalEstimate, _as_array, _check_alpha, _clip
 
 POOLED_METHOD = "two_way_cluster_t"
@@ -181,3 +182,34 @@ def decide_over_seeds(
         + record["statement"]
     )
     return record
+
+
+def decision_phase(
+    rule: DecisionRule,
+    evals: Mapping[str, Sequence[Mapping[str, Any]]],
+    *,
+    units: Mapping[str, tuple[str, int]] | None = None,
+    plan: Plan | None = None,
+    roles: Mapping[str, str] | None = None,
+) -> PhaseResult:
+    """The run's decision: each trained unit's evaluation rows -> the verdict record (the
+    artifact, verdict.json), summarised by `verdict_line`; it checks nothing itself.
+
+    Args:
+        evals: evaluation rows by trained unit (eval_<unit>.jsonl).
+        units: unit -> (plan arm, seed) when several seeds were trained (`decision_rule.seeds`):
+            the rule then decides over seeds (`decide_over_seeds`). None: the units are the plan
+            arms of one seed.
+        plan, roles: as for `decide`.
+    """
+    if not units:
+        outcomes = PairedOutcomes.from_records(evals)
+        record = decide(rule, outcomes, plan=plan, roles=roles).to_dict()
+    else:
+        per_seed: dict[int, dict[str, Sequence[Mapping[str, Any]]]] = {}
+        for unit, rows in evals.items():
+            arm, seed = units[unit]
+            per_seed.setdefault(seed, {})[arm] = rows
+        by_seed = {s: PairedOutcomes.from_records(e) for s, e in per_seed.items()}
+        record = decide_over_seeds(rule, by_seed, plan=plan, roles=roles)
+    return PhaseResult(record, summary=verdict_line(record))

@@ -23,17 +23,15 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from tinker import types
 
 from losslab.backends.futures import CompletedFuture, run_eagerly
 from losslab.backends.local.sdk_surface import NotAvailableLocally
-
-if TYPE_CHECKING:
-    from losslab.backends.local.service import LocalServiceClient
 
 CHECKPOINT_FORMAT = "losslab-local-checkpoint/1"
 
@@ -59,10 +57,20 @@ def _mtime(path: Path) -> datetime:
     return datetime.fromtimestamp(path.stat().st_mtime, tz=UTC)
 
 
+class RunsOwner(Protocol):
+    """What the REST client reads of its `LocalServiceClient` (a Protocol here, so this module
+    does not import the service that imports it)."""
+
+    state_dir: Path
+    _runs: Mapping[str, Any]  # live training clients by run id
+
+    def _capabilities(self) -> types.GetServerCapabilitiesResponse: ...
+
+
 class LocalRestClient:
     """Training-run and checkpoint queries over a `LocalServiceClient`'s runs and folders."""
 
-    def __init__(self, service: LocalServiceClient) -> None:
+    def __init__(self, service: RunsOwner) -> None:
         self._service = service
 
     def __repr__(self) -> str:

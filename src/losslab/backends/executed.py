@@ -1,0 +1,45 @@
+"""The executed configuration: what a training client says it runs, held against the plan.
+
+Read from the client before its first step (`get_info()`: base model and LoRA rank;
+`optimizer_config()`: the AdamW values the next `optim_step` uses), so a service that silently
+serves another model or ignores the planned optimizer stops the run before it trains.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from losslab.backends.restoration import OPTIMIZER_KEYS
+from losslab.checks import Check, PhaseResult
+
+
+def compare_config(values: Mapping[str, Mapping[str, Any]], arm: str) -> PhaseResult:
+    """`{key: {"plan", "executed"}}` -> the arm's record (each entry gains `match`) and one
+    check `<arm>.<key>` per entry: the executed value must equal the planned one."""
+    record = {k: {**v, "match": v.get("plan") == v.get("executed")} for k, v in values.items()}
+    checks = [
+        Check(f"{arm}.{k}", v.get("executed"), f"== {v.get('plan')!r} (the plan)", v["match"])
+        for k, v in record.items()
+    ]
+    return PhaseResult(record, checks=checks)
+
+
+def executed_config(
+    client: Any, arm: str, *, base_model: str, lora_rank: int, adam: Mapping[str, Any]
+) -> PhaseResult:
+    """The arm's executed configuration (base model, LoRA rank and, where the client reports
+    it, AdamW's `OPTIMIZER_KEYS`) against the planned `base_model`, `lora_rank` and `adam`."""
+    info = client.get_info()
+    model_data = getattr(info, "model_data", None)
+    executed_model = getattr(model_data, "model_name", None) or getattr(info, "model_name", None)
+    values: dict[str, dict[str, Any]] = {
+        "base_model": {"plan": base_model, "executed": executed_model},
+        "lora_rank": {"plan": lora_rank, "executed": getattr(info, "lora_rank", None)},
+    }
+    read_back = getattr(client, "optimizer_config", None)
+    if callable(read_back):
+        actual = read_back()
+        for key in OPTIMIZER_KEYS:
+            values[f"adam.{key}"] = {"plan": adam[key], "executed": actual.get(key)}
+    return compare_config(values, arm)
