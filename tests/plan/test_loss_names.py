@@ -97,7 +97,7 @@ def test_registry_spec_passes_through() -> None:
     [
         ("grpo_clip_eps1.5", "outside (0, 1)"),
         ("ppo(clip_low_threshold=", "not a loss spec"),
-        ("sapo", "not a known loss"),
+        ("not_a_loss", "not a known loss"),
     ],
 )
 def test_bad_names(name: str, words: str) -> None:
