@@ -3,24 +3,28 @@
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 
 import pytest
 import torch
 
-from losslab.losses import LOG_RATIO_MAX, LOSS_NAMES, get_loss, policy
+from losslab.losses import LOG_RATIO_MAX, LOSS_NAMES, LOSSES, get_loss, policy
+from losslab.losses.declarations import STANDARD_METRICS
 
-METRIC_KEYS = {
-    "loss/value",
-    "loss/tokens",
-    "loss/clip_fraction",
-    "loss/clip_fraction_nonzero_adv",
-    "loss/masked_count",
-    "ratio/mean",
-    "ratio/q50",
-    "ratio/q90",
-    "drift/abs_p_q50",
-    "drift/abs_p_q90",
-}
+INTERFACES = Path(__file__).resolve().parents[2] / "docs" / "interfaces.md"
+
+
+def _documented_metric_keys() -> tuple[str, ...]:
+    """The keys docs/interfaces.md says every policy loss returns."""
+    text = INTERFACES.read_text(encoding="utf-8")
+    para = text.split("Metric keys every policy loss returns:", 1)[1].split("Ratio and drift", 1)[0]
+    return tuple(re.findall(r"`([a-z_]+/[a-z0-9_]+)`", para))
+
+
+def test_standard_metrics_are_the_documented_ones():
+    assert _documented_metric_keys() == STANDARD_METRICS
+
 
 # A generic batch with ratios on both sides of 1 and of a cap c = 1.3, both advantage signs
 # and A = 0: r = e^(log_ratio) = (1.65, 0.67, 1.11, 2.01, 0.82) and (1.35, 0.74, 1.0).
@@ -244,7 +248,8 @@ def test_metrics_hand_values(make_batch):
 def test_every_loss_returns_the_interface_metrics(make_batch, name):
     _, batch = _generic(make_batch)
     out = get_loss(name)(batch)
-    assert METRIC_KEYS <= set(out.metrics)
+    assert set(STANDARD_METRICS) <= set(out.metrics)
+    assert list(out.metrics) == list(LOSSES[name].metrics)  # what plan check reads for the gate
     assert all(isinstance(v, float) for v in out.metrics.values())
     assert out.loss.dim() == 0
     assert [k.dtype for k in out.kept_D] == [torch.bool, torch.bool]

@@ -67,7 +67,8 @@ def test_norm_constant_as_a_parameter_and_per_call(make_batch):
         ({"num_tokens": 0}, "positive"),
         ({"num_tokens": math.nan}, "finite"),
         ({"num_sequences": 1}, "smaller than this batch's own count"),  # 2 non-empty here
-        ({"norm_constant": -1.0}, "positive"),
+        # a per-call norm_constant is a parameter too: its declared domain refuses it
+        ({"norm_constant": -1.0}, r"cross_entropy: norm_constant=-1.0: expected a value > 0"),
     ],
 )
 def test_bad_global_counts(make_batch, counts, match):

@@ -6,13 +6,14 @@ import pytest
 
 from losslab.plan import (
     LossNameError,
+    check_plan_data,
     load_plan,
     parse_registry_spec,
     parse_revision,
     resolve_loss,
 )
 
-from ._plans import SEED_PLAN
+from ._plans import SEED_PLAN, fresh_seed
 
 SPINDLE = (
     "modal-projects/spindle@e58ebef130b4cd02de6880e62d27ec358ff7132c:src/spindle/backends/"
@@ -62,6 +63,25 @@ def test_dppo_kl_and_recompute_anchor() -> None:
     )
 
 
+def test_plan_specs_read_bare_words_like_parse_loss_spec() -> None:
+    """One grammar: a registry spec in a plan reads bare words as `parse_loss_spec` does, so a
+    word where a number belongs reaches the loss's declaration, which refuses it at plan check."""
+    assert parse_registry_spec("ppo(reduction=token-mean, clip_low_threshold=foo)") == (
+        "ppo",
+        {"reduction": "token-mean", "clip_low_threshold": "foo"},
+    )
+    data = fresh_seed()
+    data["arms"][0]["loss"] = "ppo(clip_low_threshold=foo)"
+    errors = check_plan_data(data).errors
+    assert [(e.path, e.message) for e in errors] == [
+        (
+            "arms[0].loss",
+            'resolves to ppo(clip_low_threshold="foo"), which its declaration refuses: '
+            "ppo: clip_low_threshold='foo': expected a number",
+        )
+    ]
+
+
 def test_registry_spec_passes_through() -> None:
     spec = "cispo(clip_low_threshold=0.8, clip_high_threshold=1.2)"
     assert resolve_loss(spec).spec == spec
@@ -76,9 +96,8 @@ def test_registry_spec_passes_through() -> None:
     ("name", "words"),
     [
         ("grpo_clip_eps1.5", "outside (0, 1)"),
-        ("ppo(clip_low_threshold=foo)", "not a literal"),
         ("ppo(clip_low_threshold=", "not a loss spec"),
-        ("sapo", "not a known loss"),
+        ("not_a_loss", "not a known loss"),
     ],
 )
 def test_bad_names(name: str, words: str) -> None:
@@ -87,13 +106,12 @@ def test_bad_names(name: str, words: str) -> None:
 
 
 def test_registry_names_match_losses_package() -> None:
-    """`plan` and `losses` read one name table (`losslab.loss_names`); the plan's display spec
-    still parses back to the resolved loss."""
-    from losslab.losses import parse_loss_spec
-    from losslab.losses.registry import LOSS_NAMES
-    from losslab.plan import REGISTRY_LOSS_NAMES
+    """`plan` and `losses` read one name table (the losses' declarations); the plan's display
+    spec still parses back to the resolved loss."""
+    from losslab.losses import LOSSES, parse_loss_spec
+    from losslab.plan import loss_names
 
-    assert set(LOSS_NAMES) == REGISTRY_LOSS_NAMES
+    assert loss_names.LOSSES is LOSSES
     plan = load_plan(SEED_PLAN)
     baseline = parse_loss_spec(plan.loss_spec("baseline"))
     treatment = parse_loss_spec(plan.loss_spec("treatment"))

@@ -184,7 +184,7 @@ MUTATIONS: list[tuple[str, Mutation, str, str]] = [
     ("loss-unknown", setv("arms[1].loss", "foo"), "arms[1].loss", "not a known loss"),
     (
         "loss-unknown-registry",
-        setv("arms[1].loss", "sapo(tau=1)"),
+        setv("arms[1].loss", "not_a_loss(tau=1)"),
         "arms[1].loss",
         "not a known loss",
     ),

@@ -108,6 +108,12 @@ def test_roles_default_by_position_and_can_be_explicit(seed_plan: dict[str, Any]
     }
     seed_plan["arms"][0]["role"] = "treatment"
     seed_plan["arms"][1]["role"] = "baseline"
+    # the gate's DPPO mask fraction now reads the treatment role's loss, ppo, which cannot feed it
+    errors = check_plan_data(seed_plan).errors
+    assert [
+        (e.path, "from the treatment arm's loss, ppo (arms[0].loss" in e.message) for e in errors
+    ] == [("activation_gate.checks[0].metric", True)]
+    del seed_plan["activation_gate"]["checks"][0]
     plan = parse_plan(seed_plan)
     assert plan.arm_roles() == {"treatment": "grpo_seed0", "baseline": "dppo_seed0"}
     assert plan.arm("baseline").name == "dppo_seed0"

@@ -19,10 +19,9 @@ from losslab.cli import app
 from losslab.runner import CheckFailed, run_plan
 from losslab.runner import phases as phase_table
 from losslab.runner.protocols import Phase, check_table
-from losslab.tasks.registry import TASKS
+from losslab.tasks.registry import TASKS, TaskDeclaration
 
 from . import _errand_backend, _errand_phase
-from ._errand_task import ParityTask
 from ._fake_components import factory, write_fake_plan
 from ._tiny_plan import make_eos_biased_tiny_model, write_tiny_plan
 
@@ -81,7 +80,7 @@ def test_an_added_task_and_backend_run_end_to_end(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # the errands' one line each:
-    monkeypatch.setitem(TASKS, "parity", (ParityTask, False))
+    monkeypatch.setitem(TASKS, "parity", TaskDeclaration("runner._errand_task:ParityTask"))
     monkeypatch.setitem(BACKENDS, "errand", ("runner._errand_backend", "a test backend"))
     monkeypatch.setattr(_errand_backend.BACKEND, "service_clients", 0)
     model = make_eos_biased_tiny_model(tmp_path / "model")

@@ -8,64 +8,59 @@
 
 Losses: importance_sampling, ppo, cispo, dro, cross_entropy (Tinker built-ins, sums over tokens;
 the function of the registry's `cross_entropy` is `cross_entropy_loss`) and dppo_binary_tv,
-dppo_binary_kl (DPPO, arXiv 2602.04879). See docs/interfaces.md.
+dppo_binary_kl (DPPO, arXiv 2602.04879). See docs/interfaces.md. Each is a function in
+`policy.py` bound by `@loss_function` to its declaration in `declarations.py` (parameters,
+domains, metric keys; stdlib only).
 
 This is where the losses that TRAIN live ("where is PPO?": `ppo` here). `losslab.objectives` is a
 separate reference library (49 padded-tensor objectives with fixed signatures, checked by
 `losslab conform`); names never collide between the two (`sampler_ratio` here,
 `importance_ratio` there).
+
+The names below are imported on first use, so `losslab.losses.declarations` can be read (by the
+plan layer) without importing torch.
 """
 
-from losslab.losses.data import PackedTokens, TokenData, pack
-from losslab.losses.policy import (
-    LOG_RATIO_MAX,
-    LossOutput,
-    cispo,
-    cross_entropy_loss,
-    dppo_binary_kl,
-    dppo_binary_tv,
-    dro,
-    importance_sampling,
-    policy_gradient,
-    ppo,
-    sampler_ratio,
-    trust_region,
-)
-from losslab.losses.reductions import REDUCTIONS, reduce_loss
-from losslab.losses.registry import (
-    LOSS_NAMES,
-    LossFn,
-    build_loss,
-    get_loss,
-    loss_parameters,
-    parse_loss_spec,
-)
-from losslab.losses.tinker_adapter import CustomLossFn, as_tinker_loss_fn
+from __future__ import annotations
 
-__all__ = [
-    "CustomLossFn",
-    "LOG_RATIO_MAX",
-    "LOSS_NAMES",
-    "REDUCTIONS",
-    "LossFn",
-    "LossOutput",
-    "PackedTokens",
-    "TokenData",
-    "as_tinker_loss_fn",
-    "build_loss",
-    "cispo",
-    "cross_entropy_loss",
-    "dppo_binary_kl",
-    "dppo_binary_tv",
-    "dro",
-    "get_loss",
-    "sampler_ratio",
-    "importance_sampling",
-    "loss_parameters",
-    "pack",
-    "parse_loss_spec",
-    "policy_gradient",
-    "ppo",
-    "reduce_loss",
-    "trust_region",
-]
+from losslab.lazy import lazy_exports
+
+_EXPORTS: dict[str, str] = {
+    "PackedTokens": "data",
+    "TokenData": "data",
+    "pack": "data",
+    "LOSSES": "declarations",
+    "Choice": "declarations",
+    "LossDeclaration": "declarations",
+    "Number": "declarations",
+    "declare": "declarations",
+    "loss_declaration": "declarations",
+    "LOG_RATIO_MAX": "policy",
+    "LossOutput": "policy",
+    "TokenLoss": "policy",
+    "cispo": "policy",
+    "cross_entropy_loss": "policy",
+    "dppo_binary_kl": "policy",
+    "dppo_binary_tv": "policy",
+    "dro": "policy",
+    "importance_sampling": "policy",
+    "loss_function": "policy",
+    "policy_gradient": "policy",
+    "ppo": "policy",
+    "sampler_ratio": "policy",
+    "trust_region": "policy",
+    "REDUCTIONS": "reductions",
+    "reduce_loss": "reductions",
+    "LOSS_NAMES": "registry",
+    "LossFn": "registry",
+    "build_loss": "registry",
+    "get_loss": "registry",
+    "loss_parameters": "registry",
+    "parse_loss_spec": "registry",
+    "CustomLossFn": "tinker_adapter",
+    "as_tinker_loss_fn": "tinker_adapter",
+}
+"""Public name -> the submodule defining it."""
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

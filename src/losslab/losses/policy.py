@@ -4,8 +4,11 @@ Notation per token t: ℓ current log-prob (differentiated), ℓ_s sampler
 (rollout) log-prob, ℓ_o recomputed old log-prob, p = e^ℓ, r = e^(ℓ − ℓ_s), A advantage,
 m loss mask, sg(·) stop-gradient, M the trust-region keep mask (detached, 0 or 1).
 
-Every loss returns the per-token loss weighted by m, reduced by `reduction=` (`sum` is Tinker's
-convention, see `reductions.py`). Conventions shared by all losses:
+Each loss is a function of the per-token loss (weighted by m) and its keep mask, bound to its
+declaration (`losses/declarations.py`: parameters, domains, metric keys) by `@loss_function`,
+which resolves the parameters, reduces by `reduction=` (`sum` is Tinker's convention, see
+`reductions.py`) with the global counts and measures the standard metrics: the one place that
+does so. Conventions shared by all losses:
 
 * Log-ratio clamp: ℓ − ℓ_s is clamped from above at `LOG_RATIO_MAX` = 20 before `exp` (as
   Stable-RL), so r ≤ e^20 ≈ 4.9e8 and never overflows float32. The clamp bounds the VALUE only;
@@ -22,37 +25,35 @@ convention, see `reductions.py`). Conventions shared by all losses:
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
-from dataclasses import dataclass
-from typing import Literal, get_args
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, get_args
 
 import torch
 from torch import Tensor
 
+from losslab.losses import declarations as declared
 from losslab.losses.data import PackedTokens, TokenData, pack
-from losslab.losses.reductions import Reduction, reduce_loss
+from losslab.losses.declarations import (
+    REDUCTION_PARAMS,
+    Anchor,
+    LogRatioGuard,
+    LossDeclaration,
+    PpoSurrogate,
+    Reduction,
+    Surrogate,
+    ZeroAdvantage,
+)
+from losslab.losses.reductions import reduce_loss
 
 LOG_RATIO_MAX = 20.0
 """Upper clamp on ℓ − ℓ_s before exp (Stable-RL's bound): r ≤ e^20."""
 
 KL_EPS = 1e-8
 """Stable-RL's epsilon inside the binary KL's log((1 − p_a + ε) / (1 − p + ε))."""
-
-Surrogate = Literal["ratio", "logprob"]
-ZeroAdvantage = Literal["keep", "negative"]
-Anchor = Literal["sampler", "recomputed"]
-LogRatioGuard = Literal["upper", "both", "zero_grad", "none"]
-"""How a DPPO loss guards exp(ℓ − ℓ_a) against overflow (four conventions in the wild, team notes
-dppo_implementations.md §2.3):
-
-* "upper" (Stable-RL, losslab's default): value e^min(Δ, 20), gradient straight through (dr/dℓ = r),
-  so the gradient is −A·min(e^min(Δ,20), c).
-* "both" (verl `dppo_tv`): Δ clamped to [−20, 20] in value, gradient straight through: as "upper"
-  plus a weight floor of e^−20.
-* "zero_grad" (SkyRL `safe_exp_delta`): r = exp(clamp(Δ, −20, 20)) with torch's clamp gradient,
-  so a token with |Δ| > 20 gets NO gradient.
-* "none" (Spindle, prime-rl): r = e^Δ, which overflows to inf in float32 beyond Δ ≈ 88.7.
-"""
 
 
 @dataclass
@@ -158,44 +159,132 @@ def _quantiles(x_T: Tensor) -> tuple[float, float, float]:
     return float(x_T.mean()), float(q[0]), float(q[1])
 
 
-def _output(
-    tokens: PackedTokens,
-    loss_T: Tensor,
-    keep_T: Tensor,
-    anchor_logprobs_T: Tensor,
-    reduction: Reduction,
-    counts: dict[str, float | None],
-    extra: dict[str, float] | None = None,
-) -> LossOutput:
-    """Reduce, then measure: clip fractions, ratio and drift statistics over loss tokens."""
-    loss = reduce_loss(loss_T, tokens, reduction, **counts)
+@dataclass
+class TokenLoss:
+    """What a loss function computes, before reduction (`loss_function` reduces and measures)."""
+
+    tokens: PackedTokens
+    loss_T: Tensor
+    """Per-token loss, already weighted by the mask m (0 off the loss)."""
+    keep_T: Tensor
+    """Bool keep mask M: False where the clip/trust-region rule zeroed the gradient."""
+    anchor_logprobs_T: Tensor
+    """The drift statistics' reference (the trust region's anchor)."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """The loss's own keys (its declaration's `extra_metrics`)."""
+
+
+def clip_fractions(tokens: PackedTokens, keep_T: Tensor) -> tuple[float, float, int]:
+    """(share of loss tokens the keep mask dropped, the same share over tokens with A != 0, the
+    dropped count): the first is `loss/clip_fraction`, the second Stable-RL's `pg_clipfrac`."""
     on_T = tokens.loss_T
     nonzero_T = on_T & (tokens.advantages_T != 0)
     dropped_T = ~keep_T & on_T
     n, n_nonzero = int(on_T.sum()), int(nonzero_T.sum())
     masked = int(dropped_T.sum())
+    fraction = masked / n if n else 0.0
+    fraction_nonzero = int((dropped_T & nonzero_T).sum()) / n_nonzero if n_nonzero else 0.0
+    return fraction, fraction_nonzero, masked
+
+
+def _output(
+    per_token: TokenLoss, reduction: Reduction, counts: dict[str, float | None]
+) -> LossOutput:
+    """Reduce, then measure: clip fractions, ratio and drift statistics over loss tokens."""
+    tokens, keep_T = per_token.tokens, per_token.keep_T
+    loss = reduce_loss(per_token.loss_T, tokens, reduction, **counts)
+    on_T = tokens.loss_T
+    fraction, fraction_nonzero, masked = clip_fractions(tokens, keep_T)
     with torch.no_grad():
         ratio_T = sampler_ratio(tokens.logprobs_T, tokens.sampler_logprobs_T)[on_T]
-        drift_T = (tokens.logprobs_T.exp() - anchor_logprobs_T.exp()).abs()[on_T]
+        drift_T = (tokens.logprobs_T.exp() - per_token.anchor_logprobs_T.exp()).abs()[on_T]
     ratio_mean, ratio_q50, ratio_q90 = _quantiles(ratio_T)
     _, drift_q50, drift_q90 = _quantiles(drift_T)
     metrics = {
         "loss/value": float(loss.detach()),
-        "loss/tokens": float(n),
-        "loss/clip_fraction": masked / n if n else 0.0,
-        "loss/clip_fraction_nonzero_adv": (
-            int((dropped_T & nonzero_T).sum()) / n_nonzero if n_nonzero else 0.0
-        ),
+        "loss/tokens": float(int(on_T.sum())),
+        "loss/clip_fraction": fraction,
+        "loss/clip_fraction_nonzero_adv": fraction_nonzero,
         "loss/masked_count": float(masked),
         "ratio/mean": ratio_mean,
         "ratio/q50": ratio_q50,
         "ratio/q90": ratio_q90,
         "drift/abs_p_q50": drift_q50,
         "drift/abs_p_q90": drift_q90,
-        **(extra or {}),
+        **per_token.metrics,
     }
     kept_D = list(torch.split(keep_T.detach(), tokens.lengths_D))
     return LossOutput(loss=loss, metrics=metrics, kept_D=kept_D)
+
+
+def loss_function(
+    declaration: LossDeclaration,
+) -> Callable[[Callable[..., TokenLoss]], Callable[..., LossOutput]]:
+    """Bind a per-token loss function to its declaration (`losses/declarations.py`).
+
+    The function takes `batch` and, keyword-only, exactly its declaration's own parameters in
+    order (not `reduction`/`norm_constant`), and returns a `TokenLoss`. The bound loss
+    `loss(batch, *, num_tokens=None, num_sequences=None, **params) -> LossOutput` resolves
+    `params` by the declaration (defaults, domains, rules, aliases), calls the function, reduces
+    with `reduction` and the global counts, measures the standard metrics and refuses an output
+    whose metric keys are not the declared ones. `loss.declaration` is the declaration.
+
+    Raises:
+        TypeError: (at import) the function's parameters are not the declared ones.
+    """
+
+    def bind(per_token: Callable[..., TokenLoss]) -> Callable[..., LossOutput]:
+        own = [key for key in declaration.params if key not in REDUCTION_PARAMS]
+        signature = inspect.signature(per_token)
+        keywords = [p.name for p in signature.parameters.values() if p.kind is p.KEYWORD_ONLY]
+        if keywords != own:
+            raise TypeError(
+                f"{per_token.__qualname__}: keyword parameters ({', '.join(keywords)}) are not "
+                f"loss {declaration.name!r}'s declared ones ({', '.join(own)}), in order"
+            )
+        expected_metrics = set(declaration.metrics)
+
+        @functools.wraps(per_token)
+        def loss(
+            batch: TokenData,
+            *,
+            num_tokens: float | None = None,
+            num_sequences: float | None = None,
+            **params: Any,
+        ) -> LossOutput:
+            values = declaration.resolve(params)
+            reduction = values.pop("reduction")
+            counts = dict(
+                num_tokens=num_tokens,
+                num_sequences=num_sequences,
+                norm_constant=values.pop("norm_constant"),
+            )
+            out = _output(per_token(batch, **values), reduction, counts)
+            if out.metrics.keys() != expected_metrics:
+                raise RuntimeError(
+                    f"loss {declaration.name!r} logged {sorted(out.metrics)}, not its declared "
+                    f"metrics {sorted(expected_metrics)}; fix the function or its declaration"
+                )
+            return out
+
+        batch_param = next(iter(signature.parameters.values()))
+        keyword = inspect.Parameter.KEYWORD_ONLY
+        loss.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=[
+                batch_param,
+                *(
+                    inspect.Parameter(key, keyword, default=default)
+                    for key, default in declaration.defaults.items()
+                ),
+                inspect.Parameter("num_tokens", keyword, default=None),
+                inspect.Parameter("num_sequences", keyword, default=None),
+            ],
+            return_annotation=LossOutput,
+        )
+        loss.declaration = declaration  # type: ignore[attr-defined]
+        return loss
+
+    return bind
 
 
 def _all_kept(tokens: PackedTokens) -> Tensor:
@@ -203,20 +292,15 @@ def _all_kept(tokens: PackedTokens) -> Tensor:
 
 
 # ---------------------------------------------------------------------------------------------
-# The losses. Each reads like its equation; `reduction` and the global counts are explicit.
+# The losses. Each reads like its equation; its declaration (losses/declarations.py) holds its
+# defaults and domains, and `loss_function` reduces (`reduction=`, global counts) and measures.
 # ---------------------------------------------------------------------------------------------
 
 
+@loss_function(declared.IMPORTANCE_SAMPLING)
 def importance_sampling(
-    batch: TokenData,
-    *,
-    surrogate: Surrogate = "ratio",
-    clip_ratio_c: float = math.inf,
-    reduction: Reduction = "sum",
-    num_tokens: float | None = None,
-    num_sequences: float | None = None,
-    norm_constant: float | None = None,
-) -> LossOutput:
+    batch: TokenData, *, surrogate: Surrogate, clip_ratio_c: float
+) -> TokenLoss:
     """Tinker `importance_sampling` (https://tinker-docs.thinkingmachines.ai/losses; Spindle `_loss`):
     L = −Σ_t m·r·A, r = e^(ℓ − ℓ_s). Value convention: the surrogate sum (Tinker's `loss:sum`).
 
@@ -230,23 +314,19 @@ def importance_sampling(
     ratio_T = sampler_ratio(t.logprobs_T, t.sampler_logprobs_T)
     keep_T = _all_kept(t)
     loss_T = policy_gradient(t, ratio_T, keep_T, surrogate, clip_ratio_c)
-    counts = dict(num_tokens=num_tokens, num_sequences=num_sequences, norm_constant=norm_constant)
-    return _output(t, loss_T, keep_T, t.sampler_logprobs_T, reduction, counts)
+    return TokenLoss(t, loss_T, keep_T, t.sampler_logprobs_T)
 
 
+@loss_function(declared.PPO)
 def ppo(
     batch: TokenData,
     *,
-    clip_low_threshold: float = 0.8,
-    clip_high_threshold: float = 1.2,
-    surrogate: Literal["clipped", "ratio", "logprob"] = "clipped",
-    clip_ratio_c: float = math.inf,
-    zero_adv: ZeroAdvantage = "keep",
-    reduction: Reduction = "sum",
-    num_tokens: float | None = None,
-    num_sequences: float | None = None,
-    norm_constant: float | None = None,
-) -> LossOutput:
+    clip_low_threshold: float,
+    clip_high_threshold: float,
+    surrogate: PpoSurrogate,
+    clip_ratio_c: float,
+    zero_adv: ZeroAdvantage,
+) -> TokenLoss:
     """Tinker `ppo`, the GRPO clipped-ratio loss (Schulman et al. 2017; Spindle `_loss`):
     L = −Σ_t m·min(r·A, clip(r, lo, hi)·A) with ABSOLUTE ratio bounds lo, hi (0.8/1.2 = ε 0.2).
 
@@ -279,20 +359,11 @@ def ppo(
         loss_T = -torch.minimum(ratio_T * a_T, clipped_T * a_T) * t.mask_T
     else:
         loss_T = policy_gradient(t, ratio_T, keep_T, surrogate, clip_ratio_c)
-    counts = dict(num_tokens=num_tokens, num_sequences=num_sequences, norm_constant=norm_constant)
-    return _output(t, loss_T, keep_T, t.sampler_logprobs_T, reduction, counts)
+    return TokenLoss(t, loss_T, keep_T, t.sampler_logprobs_T)
 
 
-def cispo(
-    batch: TokenData,
-    *,
-    clip_low_threshold: float = 0.0,
-    clip_high_threshold: float = 4.0,
-    reduction: Reduction = "sum",
-    num_tokens: float | None = None,
-    num_sequences: float | None = None,
-    norm_constant: float | None = None,
-) -> LossOutput:
+@loss_function(declared.CISPO)
+def cispo(batch: TokenData, *, clip_low_threshold: float, clip_high_threshold: float) -> TokenLoss:
     """Tinker `cispo` (MiniMax-M1, arXiv 2506.13585; Spindle `_loss`):
     L = −Σ_t m·sg(clip(r, lo, hi))·ℓ·A. Value convention: the log-prob form (Tinker's `loss:sum`).
 
@@ -309,19 +380,11 @@ def cispo(
     active_T = ((r_T < clip_low_threshold) | (r_T > clip_high_threshold)) & t.loss_T
     n = int(t.loss_T.sum())
     extra = {"cispo/clip_fraction": int(active_T.sum()) / n if n else 0.0}
-    counts = dict(num_tokens=num_tokens, num_sequences=num_sequences, norm_constant=norm_constant)
-    return _output(t, loss_T, _all_kept(t), t.sampler_logprobs_T, reduction, counts, extra)
+    return TokenLoss(t, loss_T, _all_kept(t), t.sampler_logprobs_T, extra)
 
 
-def dro(
-    batch: TokenData,
-    *,
-    beta: float = 0.05,
-    reduction: Reduction = "sum",
-    num_tokens: float | None = None,
-    num_sequences: float | None = None,
-    norm_constant: float | None = None,
-) -> LossOutput:
+@loss_function(declared.DRO)
+def dro(batch: TokenData, *, beta: float) -> TokenLoss:
     """Tinker `dro` (Direct Reward Optimisation, Richemond et al. 2024; Spindle `_loss`):
     L = −Σ_t m·(ℓ·A − ½β(ℓ − ℓ_s)²). Value convention: Tinker's `loss:sum`.
 
@@ -332,18 +395,11 @@ def dro(
     t = pack(batch)
     log_ratio_T = t.logprobs_T - t.sampler_logprobs_T
     loss_T = -(t.logprobs_T * t.advantages_T - 0.5 * beta * log_ratio_T**2) * t.mask_T
-    counts = dict(num_tokens=num_tokens, num_sequences=num_sequences, norm_constant=norm_constant)
-    return _output(t, loss_T, _all_kept(t), t.sampler_logprobs_T, reduction, counts)
+    return TokenLoss(t, loss_T, _all_kept(t), t.sampler_logprobs_T)
 
 
-def cross_entropy_loss(
-    batch: TokenData,
-    *,
-    reduction: Reduction = "sum",
-    num_tokens: float | None = None,
-    num_sequences: float | None = None,
-    norm_constant: float | None = None,
-) -> LossOutput:
+@loss_function(declared.CROSS_ENTROPY)
+def cross_entropy_loss(batch: TokenData) -> TokenLoss:
     """Tinker `cross_entropy` (https://tinker-docs.thinkingmachines.ai/losses): L = −Σ_t m·ℓ, m = the "weights".
 
     Sampler log-probs and advantages are not used (zeros are fine); ratio/drift metrics then
@@ -351,8 +407,7 @@ def cross_entropy_loss(
     """
     t = pack(batch)
     loss_T = -t.logprobs_T * t.mask_T
-    counts = dict(num_tokens=num_tokens, num_sequences=num_sequences, norm_constant=norm_constant)
-    return _output(t, loss_T, _all_kept(t), t.sampler_logprobs_T, reduction, counts)
+    return TokenLoss(t, loss_T, _all_kept(t), t.sampler_logprobs_T)
 
 
 def _anchor_logprobs(t: PackedTokens, anchor: Anchor) -> Tensor:
@@ -365,19 +420,17 @@ def _anchor_logprobs(t: PackedTokens, anchor: Anchor) -> Tensor:
     return t.old_logprobs_T
 
 
-def _dppo_output(
+def _dppo_token_loss(
     t: PackedTokens,
     keep_T: Tensor,
     anchor_T: Tensor,
     surrogate: Surrogate,
     clip_ratio_c: float,
-    reduction: Reduction,
-    counts: dict[str, float | None],
     *,
-    weight_anchor: Anchor = "sampler",
-    log_ratio_guard: LogRatioGuard = "upper",
-    kl_tau: float = 0.0,
-) -> LossOutput:
+    weight_anchor: Anchor,
+    log_ratio_guard: LogRatioGuard,
+    kl_tau: float,
+) -> TokenLoss:
     """The DPPO loss once its trust-region mask is known: the masked IS policy gradient with the
     weight against `weight_anchor` under `log_ratio_guard`, plus prime-rl's optional
     kl_tau·(ℓ − ℓ_s)² on every loss token (masked and A = 0 ones included).
@@ -391,29 +444,25 @@ def _dppo_output(
     loss_T = policy_gradient(t, ratio_T, keep_T, surrogate, clip_ratio_c)
     if kl_tau:
         loss_T = loss_T + kl_tau * (t.logprobs_T - t.sampler_logprobs_T) ** 2 * t.mask_T
-    out = _output(t, loss_T, keep_T, anchor_T, reduction, counts)
-    out.metrics["dppo/mask_fraction"] = out.metrics["loss/clip_fraction"]
-    out.metrics["dppo/mask_fraction_nonzero_adv"] = out.metrics["loss/clip_fraction_nonzero_adv"]
-    return out
+    fraction, fraction_nonzero, _ = clip_fractions(t, keep_T)
+    metrics = {"dppo/mask_fraction": fraction, "dppo/mask_fraction_nonzero_adv": fraction_nonzero}
+    return TokenLoss(t, loss_T, keep_T, anchor_T, metrics)
 
 
+@loss_function(declared.DPPO_BINARY_TV)
 def dppo_binary_tv(
     batch: TokenData,
     *,
-    low: float = 0.15,
-    high: float = 0.15,
-    anchor: Anchor = "sampler",
-    weight_anchor: Anchor = "sampler",
-    clip_ratio_c: float = 10.0,
-    log_ratio_guard: LogRatioGuard = "upper",
-    kl_tau: float = 0.0,
-    surrogate: Surrogate = "ratio",
-    zero_adv: ZeroAdvantage = "negative",
-    reduction: Reduction = "sum",
-    num_tokens: float | None = None,
-    num_sequences: float | None = None,
-    norm_constant: float | None = None,
-) -> LossOutput:
+    low: float,
+    high: float,
+    anchor: Anchor,
+    weight_anchor: Anchor,
+    clip_ratio_c: float,
+    log_ratio_guard: LogRatioGuard,
+    kl_tau: float,
+    surrogate: Surrogate,
+    zero_adv: ZeroAdvantage,
+) -> TokenLoss:
     """DPPO-Binary-TV (Qi et al. 2026, "Rethinking the Trust Region in LLM RL", arXiv
     2602.04879; reference: Stable-RL `dppo_binary_tv`/`_recompute`, Spindle/SkyRL `dppo`).
 
@@ -454,28 +503,24 @@ def dppo_binary_tv(
         leaves_down_T=p_T - p_anchor_T < -low,
         zero_adv=zero_adv,
     )
-    counts = dict(num_tokens=num_tokens, num_sequences=num_sequences, norm_constant=norm_constant)
     knobs = dict(weight_anchor=weight_anchor, log_ratio_guard=log_ratio_guard, kl_tau=kl_tau)
-    return _dppo_output(t, keep_T, anchor_T, surrogate, clip_ratio_c, reduction, counts, **knobs)
+    return _dppo_token_loss(t, keep_T, anchor_T, surrogate, clip_ratio_c, **knobs)
 
 
+@loss_function(declared.DPPO_BINARY_KL)
 def dppo_binary_kl(
     batch: TokenData,
     *,
-    low: float = 0.05,
-    high: float = 0.05,
-    anchor: Anchor = "sampler",
-    weight_anchor: Anchor = "sampler",
-    clip_ratio_c: float = 10.0,
-    log_ratio_guard: LogRatioGuard = "upper",
-    kl_tau: float = 0.0,
-    surrogate: Surrogate = "ratio",
-    zero_adv: ZeroAdvantage = "negative",
-    reduction: Reduction = "sum",
-    num_tokens: float | None = None,
-    num_sequences: float | None = None,
-    norm_constant: float | None = None,
-) -> LossOutput:
+    low: float,
+    high: float,
+    anchor: Anchor,
+    weight_anchor: Anchor,
+    clip_ratio_c: float,
+    log_ratio_guard: LogRatioGuard,
+    kl_tau: float,
+    surrogate: Surrogate,
+    zero_adv: ZeroAdvantage,
+) -> TokenLoss:
     """DPPO-Binary-KL (Qi et al. 2026, arXiv 2602.04879; reference: Stable-RL `dppo_binary_kl`).
 
     K = KL(Bern(p_a) ‖ Bern(p)) on the sampled token against "everything else":
@@ -501,6 +546,5 @@ def dppo_binary_kl(
         leaves_down_T=(kl_T > low) & (p_T < p_anchor_T),
         zero_adv=zero_adv,
     )
-    counts = dict(num_tokens=num_tokens, num_sequences=num_sequences, norm_constant=norm_constant)
     knobs = dict(weight_anchor=weight_anchor, log_ratio_guard=log_ratio_guard, kl_tau=kl_tau)
-    return _dppo_output(t, keep_T, anchor_T, surrogate, clip_ratio_c, reduction, counts, **knobs)
+    return _dppo_token_loss(t, keep_T, anchor_T, surrogate, clip_ratio_c, **knobs)

@@ -28,16 +28,14 @@ batch) divide by 1: the summed loss is 0 there anyway.
 from __future__ import annotations
 
 import math
-from typing import Literal, get_args
+from typing import get_args
 
 import torch
 from torch import Tensor
 
 from losslab.losses.data import PackedTokens
+from losslab.losses.declarations import Reduction
 
-Reduction = Literal[
-    "sum", "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
-]
 REDUCTIONS: tuple[str, ...] = get_args(Reduction)
 
 

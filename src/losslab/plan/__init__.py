@@ -7,13 +7,13 @@ plan.loss_spec("treatment")     # 'dppo_binary_tv(low=0.15, high=0.15, anchor="s
 plan.engine.group_size          # 8 (default; the optional `engine` block overrides it)
 ```
 
-Imports only pydantic (layering): `losslab.stats` and above import this package, never the reverse.
-The one exception is `semantics.loss_problems`, which checks each resolved loss with
-`losslab.losses`' own validation (`losses` never imports `plan`, so there is no cycle).
+Imports only pydantic and two stdlib-only registries (layering): the losses' declarations
+(`losslab.losses.declarations`: names, parameter domains, metric keys) and the tasks' table
+(`losslab.tasks.registry`: hub path, test size), so `losslab plan check` never imports torch.
+`losslab.stats` and above import this package, never the reverse.
 """
 
 from losslab.plan.loss_names import (
-    REGISTRY_LOSS_NAMES,
     LossNameError,
     ResolvedLoss,
     Revision,
@@ -57,7 +57,6 @@ __all__ = [
     "EVAL_METRICS",
     "GATE_METRICS",
     "NOT_IMPLEMENTED_FEATURES",
-    "REGISTRY_LOSS_NAMES",
     "ActivationGate",
     "Arm",
     "Budget",

@@ -17,9 +17,11 @@ Pinned revisions `owner/repo@commit:path::function(kw=value, ...) — descriptio
 (`parse_revision`, `Revision`, `RevisionError`): the one revision parser, which
 `losslab.conformance` imports. Argument lists and spec strings use `losslab.callspec`'s grammar.
 
-The registry's names come from the stdlib-only `losslab.loss_names` that `losses` also reads;
-the parameters of every resolved loss are checked at plan time by `losslab.losses.build_loss`
-itself (`losslab.plan.semantics.loss_problems`, the one place `plan` imports `losses`, lazily).
+The registry's names and each loss's parameters are the losses' declarations
+(`losslab.losses.declarations`, stdlib only, the table `get_loss` reads too); registry specs use
+the same grammar as `losslab.losses.parse_loss_spec` (bare words allowed, so the display form
+`LossFn.spec` pastes into a plan). Every resolved loss's parameters are checked at plan time
+against its declaration (`losslab.plan.semantics.loss_problems`).
 """
 
 from __future__ import annotations
@@ -37,10 +39,7 @@ from losslab.callspec import (
     split_keyword,
     split_top_level,
 )
-from losslab.loss_names import LOSS_FUNCTIONS
-
-REGISTRY_LOSS_NAMES: frozenset[str] = frozenset(LOSS_FUNCTIONS)
-"""Names in `losslab.losses`' registry (read from `losslab.loss_names`, stdlib only)."""
+from losslab.losses.declarations import LOSSES
 
 PLAN_LOSS_NAMES = ("grpo_clip_eps<eps>", "grpo_clip", "dppo_divergence_mask")
 
@@ -263,13 +262,14 @@ def parse_revision(text: str) -> Revision:
 
 
 def parse_registry_spec(text: str) -> tuple[str, dict[str, Any]]:
-    """Split a registry spec `name(kw=value, ...)` into its name and literal keyword values.
+    """Split a registry spec `name(kw=value, ...)` into its name and keyword values.
 
-    Values must be Python literals (or inf/nan): a bare word is an error here, so a plan's typo is
-    reported at `losslab plan check` rather than passed on as a string.
+    The grammar is `losslab.losses.parse_loss_spec`'s: Python literals, inf/nan, or bare words
+    (`reduction=token-mean`), so `LossFn.spec` pastes back. A bare word where a number belongs
+    (`clip_low_threshold=foo`) is refused at `losslab plan check` by the loss's declaration.
     """
     try:
-        return parse_call(text, what="loss spec")
+        return parse_call(text, what="loss spec", bare_words=True)
     except CallSpecError as exc:
         raise LossNameError(str(exc)) from exc
 
@@ -399,7 +399,7 @@ def resolve_loss(
     if name == "dppo_divergence_mask":
         return _resolve_dppo(name, reference_revision)
     head = re.match(r"[A-Za-z_][A-Za-z0-9_]*", name)
-    if head and head.group(0) in REGISTRY_LOSS_NAMES:
+    if head and head.group(0) in LOSSES:
         registry_name, kwargs = parse_registry_spec(name)
         return ResolvedLoss(
             name, registry_name, {k: LossParam(_rounded(v), SOURCE_PLAN) for k, v in kwargs.items()}
@@ -407,5 +407,5 @@ def resolve_loss(
     raise LossNameError(
         f"{name!r} is not a known loss; expected a plan loss name "
         f"({', '.join(PLAN_LOSS_NAMES)}) or a registry spec name(kw=value, ...) with name in "
-        f"{{{', '.join(sorted(REGISTRY_LOSS_NAMES))}}}"
+        f"{{{', '.join(sorted(LOSSES))}}}"
     )

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from losslab.plan.loss_names import ResolvedLoss, resolve_loss
+from losslab.tasks.registry import task_declaration
 
 
 class PlanModel(BaseModel):
@@ -49,6 +50,9 @@ class GateMetric:
         side_loss: the side loss (an arm role, `baseline`) evaluated on the treatment arm's
             batches without stepping, whose metric this is; None: the trained loss or the engine.
         reduce: `mean` over pilot steps, or `same` (every pilot step must agree, else NaN).
+        logged_by: who logs `logged_key`: `loss` (the treatment arm's loss, or the `side_loss`
+            arm's loss; plan check refuses a gate check on it unless that loss declares the key
+            in its metrics), `engine` (`losslab.engine`'s own keys) or `backend` (no key).
     """
 
     kind: Literal["fraction", "nonnegative", "count", "name"]
@@ -57,6 +61,14 @@ class GateMetric:
     update: Literal["last"] | None = "last"
     side_loss: str | None = None
     reduce: Literal["mean", "same"] = "mean"
+    logged_by: Literal["loss", "engine", "backend"] = "engine"
+
+    @property
+    def loss_role(self) -> str | None:
+        """The arm role whose loss must log `logged_key` (None: not a loss's metric)."""
+        if self.logged_by != "loss":
+            return None
+        return self.side_loss or "treatment"
 
 
 GATE_METRICS: dict[str, GateMetric] = {
@@ -67,6 +79,7 @@ GATE_METRICS: dict[str, GateMetric] = {
         "the all-token share stays in metrics.jsonl as loss/clip_fraction) at the last "
         "minibatch update of each pilot step, mean over pilot steps",
         logged_key="dppo/mask_fraction_nonzero_adv",
+        logged_by="loss",
     ),
     "policy_drift_abs_p_q90": GateMetric(
         "nonnegative",
@@ -78,6 +91,7 @@ GATE_METRICS: dict[str, GateMetric] = {
         "share of loss tokens the baseline ratio clip zeroed, on the same pilot batches",
         logged_key="loss/clip_fraction",
         side_loss="baseline",
+        logged_by="loss",
     ),
     "executed_updates_per_batch": GateMetric(
         "count",
@@ -87,13 +101,17 @@ GATE_METRICS: dict[str, GateMetric] = {
         reduce="same",
     ),
     "executed_base_model": GateMetric(
-        "name", "model name the backend reported at client creation", update=None
+        "name",
+        "model name the backend reported at client creation",
+        update=None,
+        logged_by="backend",
     ),
 }
 """The activation gate's vocabulary and sources. The pilot produces every key from this table;
-plan check rejects a check on any other name, so a typo fails before a run, not after the pilot.
-Adding a gate metric is one entry here (its logged key must be a metric some loss or the engine
-logs)."""
+plan check rejects a check on any other name, so a typo fails before a run, not after the pilot,
+and a check on a loss's metric that the arm's loss does not declare (`logged_by="loss"`).
+Adding a gate metric is one entry here (its logged key must be a metric some loss declares or
+the engine logs)."""
 
 EVAL_METRICS: dict[str, str] = {
     "accuracy": "correct",
@@ -418,6 +436,16 @@ class Plan(PlanModel):
     @property
     def task_name(self) -> str:
         return self.engine.task or self.dataset.name
+
+    @property
+    def task_needs_hub(self) -> bool:
+        """Whether the task downloads from the hub: its registry line declares a hub dataset
+        (`losslab.tasks.registry`) and `engine.task_config` names no `data` folder (a run's
+        `--data` overrides both)."""
+        declared = task_declaration(self.task_name)
+        return (
+            declared is not None and declared.needs_hub and not self.engine.task_config.get("data")
+        )
 
     def loss(self, arm: str | Arm) -> ResolvedLoss:
         """An arm's loss as resolved once at load time (registry name, parameters, provenance).

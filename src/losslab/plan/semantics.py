@@ -10,17 +10,19 @@
 - learning rates in (0, `MAX_LR`], Adam betas in [0, 1), eps > 0, weight decay >= 0;
 - counts (rank, steps, batch, tokens, items) within what a machine and the task can hold;
 - seeds in [0, 2**63);
-- each arm's loss parameters checked by `losslab.losses`' own constructor (`build_loss`), so
-  `ppo(foo=1)` or `dppo_binary_tv(low=inf)` fail at `plan check`, not at step 0;
+- each arm's loss parameters checked against the loss's declaration
+  (`losslab.losses.declarations`, the same `resolve` that `get_loss` runs), so `ppo(foo=1)` or
+  `dppo_binary_tv(low=inf)` fail at `plan check`, not at step 0;
+- `eval.n_examples` within a fixed-size task's test split and `dataset.hf_path` against the hub
+  dataset the task loads, both as the task's registry line declares (`losslab.tasks.registry`);
 - a decision rule whose verdict is fixed before any data (margin at or beyond the range of the
   weighted difference) refused; a negative margin reported as a non-inferiority test; a rule that
   can never decide at the eval's n reported;
 - a required correctness preflight with no paths refused;
 - plan fields this version accepts but never reads reported as warnings (`UNREAD_FIELDS`).
 
-Layering: `plan` otherwise imports only pydantic. The loss-parameter check imports
-`losslab.losses` inside `loss_problems`, because the losses' own validation is the one source of
-truth for their parameters (`losses` never imports `plan`, so there is no cycle).
+Layering: besides pydantic, `plan` reads two stdlib-only tables, the losses' declarations and
+the tasks' registry, so `losslab plan check` never imports torch, tinker or datasets.
 """
 
 from __future__ import annotations
@@ -31,12 +33,14 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from losslab.losses.declarations import loss_declaration
 from losslab.plan.jsonvalues import format_number as _fmt
 from losslab.plan.jsonvalues import json_dict as _dict
 from losslab.plan.jsonvalues import json_int as _int
 from losslab.plan.jsonvalues import json_list as _list
 from losslab.plan.jsonvalues import json_number as _num
 from losslab.plan.rule import hoeffding_half_width, weighted_range
+from losslab.tasks.registry import task_declaration
 
 if TYPE_CHECKING:
     from losslab.plan.loss_names import ResolvedLoss
@@ -69,9 +73,6 @@ COUNT_LIMITS: dict[str, int] = {
 }
 """Upper bounds of counts: far above any real run, low enough that allocating for them cannot
 exhaust memory or overflow a C integer before losslab says so."""
-
-TASK_TEST_SIZES: dict[str, int] = {"gsm8k": 1319, "openai/gsm8k": 1319}
-"""Test-split sizes of fixed-size tasks (GSM8K main/test has 1319 items)."""
 
 SEED_LIMIT = 2**63
 NOT_FINITE = "is not a finite number"
@@ -278,7 +279,8 @@ def _counts(data: dict[str, Any], p: _Problems) -> None:
     task = engine.get("task") or _dict(data.get("dataset")).get("name")
     n_eval = _int(_dict(data.get("eval")).get("n_examples"))
     if isinstance(task, str) and n_eval is not None:
-        size = TASK_TEST_SIZES.get(task.strip().lower())
+        declared = task_declaration(task)
+        size = declared.test_size if declared is not None else None
         if size is not None and n_eval > size:
             p.err(
                 "eval.n_examples",
@@ -361,10 +363,6 @@ def _decision_rule(data: dict[str, Any], p: _Problems) -> None:
                 )
 
 
-TASK_HF_PATHS: dict[str, str] = {"gsm8k": "openai/gsm8k", "openai/gsm8k": "openai/gsm8k"}
-"""The hub dataset each hub-backed task loads; `dataset.hf_path` is checked against it."""
-
-
 def _unread(data: dict[str, Any], p: _Problems) -> None:
     for path, why in UNREAD_FIELDS.items():
         if _get(data, path) is not None:
@@ -378,7 +376,8 @@ def _unread(data: dict[str, Any], p: _Problems) -> None:
         )
     dataset = _dict(data.get("dataset"))
     task = _dict(data.get("engine")).get("task") or dataset.get("name")
-    loads = TASK_HF_PATHS.get(task.strip().lower()) if isinstance(task, str) else None
+    declared = task_declaration(task) if isinstance(task, str) else None
+    loads = declared.hub_path if declared is not None else None
     hf_path, split = dataset.get("hf_path"), dataset.get("split")
     if isinstance(hf_path, str) and hf_path != loads:
         what = f"loads {loads}" if loads else "is generated offline"
@@ -400,18 +399,17 @@ def _unread(data: dict[str, Any], p: _Problems) -> None:
         )
 
 
-# --- loss parameters, by the losses' own validation ---
+# --- loss parameters, by the losses' declarations ---
 
 
 def loss_problems(resolved: Mapping[str, ResolvedLoss]) -> list[tuple[str, str]]:
-    """Each arm's resolved loss (JSON path -> value) built by `losslab.losses.build_loss`, the
-    constructor the run itself uses; a ValueError becomes a problem at that path."""
-    from losslab.losses import build_loss  # the losses' validation, not a mirror of it
-
+    """Each arm's resolved loss (JSON path -> value) checked against its declaration with
+    `LossDeclaration.resolve`, the check `losslab.losses.get_loss` runs when the run builds it;
+    a ValueError becomes a problem at that path."""
     out = []
     for path, loss in resolved.items():
         try:
-            build_loss(loss)
+            loss_declaration(loss.name).resolve(loss.values)
         except ValueError as exc:
-            out.append((path, f"resolves to {loss.spec}, which losslab.losses refuses: {exc}"))
+            out.append((path, f"resolves to {loss.spec}, which its declaration refuses: {exc}"))
     return out

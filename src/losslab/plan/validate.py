@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from losslab.losses.declarations import LOSSES
 from losslab.plan import semantics
 from losslab.plan.jsonvalues import format_number as _fmt_num
 from losslab.plan.jsonvalues import json_dict as _dict
@@ -36,6 +37,7 @@ from losslab.plan.schema import (
     NOT_IMPLEMENTED_FEATURES,
     EngineSettings,
     ExperimentFeatures,
+    GateMetric,
     Plan,
 )
 
@@ -507,6 +509,8 @@ class _Checker:
                         )
             if known is None:
                 continue
+            if gate.get("applicable", True) is not False:
+                self.check_gate_source(f"{base}.metric", metric, known)
             if known.kind == "name" and (lo is not None or hi is not None):
                 self.err(
                     f"{base}.{'min' if lo is not None else 'max'}",
@@ -545,6 +549,24 @@ class _Checker:
                         f"{base}.one_of",
                         f"{_show(one_of)} does not include base_model {_show(self.d.get('base_model'))}",
                     )
+
+    def check_gate_source(self, path: str, metric: str, known: GateMetric) -> None:
+        """Refuse a gate check on a loss's metric that the arm's loss does not declare: the
+        pilot would stop the run at the gate, after the preflights and the pilot steps."""
+        role = known.loss_role
+        index = self.arm_keys().get(role) if role is not None else None
+        loss = self.resolved.get(f"arms[{index}].loss") if index is not None else None
+        if loss is None or loss.name not in LOSSES:  # no such arm or loss: reported elsewhere
+            return
+        declared = LOSSES[loss.name].metrics
+        if known.logged_key not in declared:
+            side = " (a side loss on the treatment arm's batches)" if known.side_loss else ""
+            self.err(
+                path,
+                f"{metric!r} reads {known.logged_key!r} from the {role} arm's loss{side}, {loss.name} "
+                f"(arms[{index}].loss {loss.plan_name!r}), which does not log it; "
+                f"{loss.name} logs {', '.join(declared)}",
+            )
 
     def check_restoration(self) -> None:
         groups = _list(_dict(self.d.get("restoration_preflight")).get("groups"))
@@ -787,11 +809,3 @@ _ARM_FIELD_ORDER = ("loss", "seed", "lr", "updates_per_batch", "base_model")
 
 def _arm_key_order(key: str) -> tuple[int, str]:
     return (_ARM_FIELD_ORDER.index(key) if key in _ARM_FIELD_ORDER else len(_ARM_FIELD_ORDER), key)
-
-
-def problems_by_path(problems: Sequence[Problem]) -> Mapping[str, list[str]]:
-    """Group messages by JSON path (for tests and the report)."""
-    out: dict[str, list[str]] = {}
-    for p in problems:
-        out.setdefault(p.path, []).append(p.message)
-    return out

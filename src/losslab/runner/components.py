@@ -109,9 +109,7 @@ class DefaultComponents:
 
     @property
     def _task_needs_hub(self) -> bool:
-        return self.plan.task_name.lower() in ("gsm8k", "openai/gsm8k") and not (
-            self.plan.engine.task_config.get("data")
-        )
+        return self.plan.task_needs_hub
 
     @cached_property
     def task(self) -> Any:

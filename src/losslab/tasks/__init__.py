@@ -1,56 +1,45 @@
-"""losslab.tasks: GSM8K and reasoning-gym tasks, chat prompts, numeric graders, overlap audit."""
+"""losslab.tasks: GSM8K and reasoning-gym tasks, chat prompts, numeric graders, overlap audit.
 
-from losslab.tasks.base import (
-    ChatRenderer,
-    Grade,
-    OverlapReport,
-    Problem,
-    Task,
-    batch_for_step,
-    normalize_question,
-    overlap_audit,
-)
-from losslab.tasks.grading import (
-    GraderDisagreement,
-    extract_boxed,
-    extract_gsm8k_answer,
-    extract_last_number,
-    grade_answer,
-    grade_answer_with_timeout,
-    grader_disagreements,
-    math_verify_grade,
-    normalize_numeric,
-    numeric_equal,
-)
-from losslab.tasks.gsm8k import GSM8K_FEWSHOT, GSM8K_SUFFIX, Gsm8kTask, load_gsm8k_rows
-from losslab.tasks.procedural import ARITHMETIC_CONFIG, ReasoningGymTask, arithmetic_task
-from losslab.tasks.registry import make_task
+The names below are imported on first use, so the task table (`losslab.tasks.registry`, stdlib
+only) can be read by the plan layer without the tasks' dependencies (tinker, numpy, datasets).
+"""
 
-__all__ = [
-    "ARITHMETIC_CONFIG",
-    "GSM8K_FEWSHOT",
-    "GSM8K_SUFFIX",
-    "ChatRenderer",
-    "Grade",
-    "GraderDisagreement",
-    "Gsm8kTask",
-    "OverlapReport",
-    "Problem",
-    "ReasoningGymTask",
-    "Task",
-    "arithmetic_task",
-    "batch_for_step",
-    "extract_boxed",
-    "extract_gsm8k_answer",
-    "extract_last_number",
-    "grade_answer",
-    "grade_answer_with_timeout",
-    "grader_disagreements",
-    "math_verify_grade",
-    "load_gsm8k_rows",
-    "make_task",
-    "normalize_numeric",
-    "normalize_question",
-    "numeric_equal",
-    "overlap_audit",
-]
+from __future__ import annotations
+
+from losslab.lazy import lazy_exports
+
+_EXPORTS: dict[str, str] = {
+    "ChatRenderer": "base",
+    "Grade": "base",
+    "OverlapReport": "base",
+    "Problem": "base",
+    "Task": "base",
+    "batch_for_step": "base",
+    "normalize_question": "base",
+    "overlap_audit": "base",
+    "extract_boxed": "grading",
+    "extract_gsm8k_answer": "grading",
+    "extract_last_number": "grading",
+    "grade_answer": "grading",
+    "grade_answer_with_timeout": "grading",
+    "normalize_numeric": "grading",
+    "numeric_equal": "grading",
+    "GraderDisagreement": "grading",
+    "grader_disagreements": "grading",
+    "math_verify_grade": "grading",
+    "GSM8K_FEWSHOT": "gsm8k",
+    "GSM8K_SUFFIX": "gsm8k",
+    "Gsm8kTask": "gsm8k",
+    "load_gsm8k_rows": "gsm8k",
+    "ARITHMETIC_CONFIG": "procedural",
+    "ReasoningGymTask": "procedural",
+    "arithmetic_task": "procedural",
+    "TASKS": "registry",
+    "TaskDeclaration": "registry",
+    "make_task": "registry",
+    "task_declaration": "registry",
+}
+"""Public name -> the submodule defining it."""
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -20,7 +20,11 @@ import numpy as np
 from losslab.tasks.base import Grade, Problem
 from losslab.tasks.grading import extract_boxed, extract_gsm8k_answer, grade_answer_with_timeout
 
-__all__ = ["GSM8K_FEWSHOT", "GSM8K_SUFFIX", "Gsm8kTask", "load_gsm8k_rows"]
+__all__ = ["GSM8K_FEWSHOT", "GSM8K_HUB_PATH", "GSM8K_SUFFIX", "Gsm8kTask", "load_gsm8k_rows"]
+
+GSM8K_HUB_PATH = "openai/gsm8k"
+"""The hub dataset (config `main`); the task's registry line declares the same path for the plan
+layer, pinned by tests/tasks/test_tasks.py."""
 
 GSM8K_SUFFIX = " Write your answer in \\boxed{} format."
 GSM8K_FEWSHOT: list[dict[str, str]] = [
@@ -127,17 +131,17 @@ def load_gsm8k_rows(split: str, data: str | Path | None = None) -> list[dict[str
         import datasets
 
         try:
-            rows = list(datasets.load_dataset("openai/gsm8k", "main", split=split))
+            rows = list(datasets.load_dataset(GSM8K_HUB_PATH, "main", split=split))
         except Exception as e:  # offline without a cache: say what to do instead
             raise RuntimeError(
-                f"could not load openai/gsm8k ({type(e).__name__}: {e}); pass --data with a "
+                f"could not load {GSM8K_HUB_PATH} ({type(e).__name__}: {e}); pass --data with a "
                 "folder holding train.jsonl and test.jsonl"
             ) from e
         _raise_row_problems(
-            split, [(f"openai/gsm8k {split} row {i + 1}", r) for i, r in enumerate(rows)]
+            split, [(f"{GSM8K_HUB_PATH} {split} row {i + 1}", r) for i, r in enumerate(rows)]
         )
     if not rows:
-        raise ValueError(f"GSM8K {split} split has no rows ({data or 'openai/gsm8k'})")
+        raise ValueError(f"GSM8K {split} split has no rows ({data or GSM8K_HUB_PATH})")
     return rows
 
 
@@ -197,7 +201,7 @@ class Gsm8kTask:
     def describe(self) -> dict[str, Any]:
         return {
             "name": self.name,
-            "source": str(self.data) if self.data is not None else "hf:openai/gsm8k/main",
+            "source": str(self.data) if self.data is not None else f"hf:{GSM8K_HUB_PATH}/main",
             "seed": self.seed,
             "n_train": len(self.train),
             "n_test": len(self.test),
