@@ -520,6 +520,15 @@ class Plan(PlanModel):
         ]
         return gate.model_copy(update={"checks": checks})
 
+    def gate_metrics(self) -> dict[str, GateMetric]:
+        """The `GATE_METRICS` entries the activation gate's checks name, in check order: what
+        the pilot measures and which side losses the treatment arm carries for it. Empty when
+        the gate is absent or not applicable (a gate on another loss's metric needs nothing)."""
+        gate = self.activation_gate
+        if gate is None or not gate.applicable:
+            return {}
+        return {c.metric: GATE_METRICS[c.metric] for c in gate.checks}
+
     def engine_sources(self) -> dict[str, tuple[Any, str]]:
         """Each engine setting with `plan` (set in the file) or `default`."""
         set_fields = self.engine.model_fields_set

@@ -17,7 +17,6 @@ import tinker
 from losslab.backends.protocols import Backend
 from losslab.engine import ArmConfig, ArmLoop, NonFiniteError, side_losses_for
 from losslab.losses import as_tinker_loss_fn
-from losslab.plan import GATE_METRICS
 from losslab.runner.errors import BackendUnavailable, RunError
 from losslab.runner.protocols import Schedule
 
@@ -54,7 +53,7 @@ def arm_config(plan: Any, losses: dict[str, Any], schedule: Schedule, unit: str)
     if unit == schedule.treatment:
         side = {
             role: as_tinker_loss_fn(losses[plan.arm(role).name])
-            for role in side_losses_for(GATE_METRICS)
+            for role in side_losses_for(plan.gate_metrics())
         }
     adam = plan.adam_config(arm)
     return ArmConfig(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from losslab.checks import PhaseResult
 from losslab.engine import pilot_metrics
-from losslab.plan import GATE_METRICS
 from losslab.runner.errors import RunError
 from losslab.runner.protocols import PhaseContext
 from losslab.stats.gate import NOT_APPLICABLE, evaluate_gate
@@ -21,7 +20,9 @@ def run(ctx: PhaseContext) -> PhaseResult:
     executed = ctx.executed(ctx.schedule.treatment)
     model = str(executed.get("base_model", {}).get("executed") or "")
     try:
-        metrics = pilot_metrics(ctx.pilot_rows(), GATE_METRICS, base_model=model, update=update)
+        metrics = pilot_metrics(
+            ctx.pilot_rows(), comp.plan.gate_metrics(), base_model=model, update=update
+        )
     except KeyError as e:
         raise RunError(f"the pilot did not log what the gate needs: {e}") from e
     return evaluate_gate(gate, metrics, measured_at_update=update)
