@@ -102,7 +102,9 @@ def test_custom_loss_over_the_memory_budget_runs_two_phase_with_the_same_gradien
     a, b = _trained(fused_svc, tiny_llama), _trained(split_svc, tiny_llama)
     ra = a.forward_backward_custom(rl_batch(0), _ppo_custom).result()
     rb = b.forward_backward_custom(rl_batch(0), _ppo_custom).result()
-    assert ra.metrics == rb.metrics
+    # the same sums over other micro-batch layouts (other matmul shapes): float32 round-off
+    assert ra.metrics.keys() == rb.metrics.keys()
+    assert all(math.isclose(ra.metrics[k], rb.metrics[k], rel_tol=1e-6) for k in ra.metrics)
     assert _norm(a.lora_grads()) > 1e-4
     assert _max_abs(a.lora_grads(), b.lora_grads()) <= 1e-6 * max(1.0, _norm(a.lora_grads()))
 
