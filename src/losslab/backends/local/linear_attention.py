@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -70,6 +71,15 @@ def kernel_report() -> dict[str, dict[str, int]]:
         for (function, impl), n in sorted(_calls.items()):
             out.setdefault(function, {})[impl] = n
         return out
+
+
+REFERENCE_ENV = "LOSSLAB_LINEAR_ATTENTION"
+
+
+def reference_forced() -> bool:
+    """True when `$LOSSLAB_LINEAR_ATTENTION=reference`: every call outside a prefix-tree pass
+    runs transformers' own function (to measure against it, or to rule these paths out)."""
+    return os.environ.get(REFERENCE_ENV, "") == "reference"
 
 
 # ----------------------------------------------------------------------------- CUDA kernels
@@ -444,7 +454,7 @@ def _rule_dispatch(reference: Callable, function: str, fla_key: str, ours: Calla
         prefix_tree=None,
         **kwargs,
     ):
-        fla = _fla() if query.is_cuda else None
+        fla = _fla() if query.is_cuda and not reference_forced() else None
         state = dict(
             initial_state=initial_state,
             output_final_state=output_final_state,
@@ -465,7 +475,7 @@ def _rule_dispatch(reference: Callable, function: str, fla_key: str, ours: Calla
                 fla[fla_key] if fla else own,
             )
             return out, None
-        if cu_seqlens is not None:
+        if cu_seqlens is not None or reference_forced():
             _count(function, "transformers")
             return reference(
                 query, key, value, g=g, beta=beta, chunk_size=chunk_size, cu_seqlens=cu_seqlens,
@@ -498,7 +508,7 @@ def _conv_dispatch(reference: Callable) -> Callable:
             return tree_causal_conv1d(
                 hidden_states, weight, bias, activation, _tree_of(prefix_tree)
             )
-        kernels = _causal_conv1d() if hidden_states.is_cuda else None
+        kernels = _causal_conv1d() if hidden_states.is_cuda and not reference_forced() else None
         if kernels and not kwargs.get("seq_idx"):
             _count("causal_conv1d_fn", "causal-conv1d")
             return kernels["fn"](hidden_states, weight, bias, activation=activation)
@@ -510,11 +520,13 @@ def _conv_dispatch(reference: Callable) -> Callable:
 
 def _conv_update_dispatch(reference: Callable) -> Callable:
     def conv_update(hidden_states, conv_state, weight, bias=None, activation=None):
-        kernels = _causal_conv1d() if hidden_states.is_cuda else None
+        forced = reference_forced()
+        kernels = _causal_conv1d() if hidden_states.is_cuda and not forced else None
         if kernels:
             _count("causal_conv1d_update", "causal-conv1d")
             return kernels["update"](hidden_states, conv_state, weight, bias, activation)
-        if hidden_states.shape[-1] == 1 and conv_state.shape[-1] >= weight.shape[-1]:
+        one_step = hidden_states.shape[-1] == 1 and conv_state.shape[-1] >= weight.shape[-1]
+        if one_step and not forced:
             _count("causal_conv1d_update", "losslab-torch")
             return causal_conv1d_update(hidden_states, conv_state, weight, bias, activation)
         _count("causal_conv1d_update", "transformers")

@@ -32,6 +32,11 @@ from losslab.backends.local.tree_attention import build_tree_layout, tree_attent
 
 CHUNK_ROWS = 256  # 256 x 49,152 fp32 = 50 MB per logits chunk for SmolLM2 (2-3 live at once)
 
+DEFAULT_MAX_TOKENS_PER_BATCH = {"cpu": 4096, "cuda": 32768}
+"""Trie tokens per training micro-batch by device type (`LocalServiceClient`'s default): the
+activation memory bound. A custom-loss minibatch over it runs the two-phase form (one more
+forward), which the cost projection (`stats.cost.training_path`) counts."""
+
 
 def vocab_major_logits(w_V_H: Tensor, h_C_H: Tensor) -> Tensor:
     return (w_V_H @ h_C_H.T).float()
