@@ -108,23 +108,18 @@ def _wrap_phases(client, rss: RssSampler) -> None:
     client.save_weights_and_get_sampling_client = save_weights_and_get_sampling_client
 
 
-LINEAR_ATTENTION_FUNCTIONS = (
-    "torch_chunk_gated_delta_rule",
-    "torch_recurrent_gated_delta_rule",
-    "causal_conv1d_fn",
-    "causal_conv1d_update",
-)
-
-
 def label_linear_attention() -> None:
     """Wrap the Gated-DeltaNet functions of transformers' hybrid families in
     `record_function` labels, so the profile says how much of the step they take (the
     modeling code looks them up as module globals at each call)."""
     import importlib
 
-    for family in ("qwen3_5", "qwen3_5_moe", "qwen3_next"):
+    from losslab.backends.local import linear_attention
+
+    for family in linear_attention.FAMILIES:
+        linear_attention.install(family)  # label the dispatchers the layers really call
         module = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
-        for name in LINEAR_ATTENTION_FUNCTIONS:
+        for name in linear_attention.FUNCTIONS:
             fn = getattr(module, name, None)
             if fn is None or getattr(fn, "_profile_label", None):
                 continue

@@ -142,8 +142,8 @@ def test_tree_conv_and_delta_rule_equal_one_reference_run_per_sequence():
     flat = (q, k, v, g, beta, conv_in)
 
     tree_out = la.tree_gated_delta_rule(
-        q, k, v, g, beta, tree, True, la.chunk_gated_delta_rule
-    )  # (1, T, Hv, D)
+        q, k, v, g, beta, tree, True, la.recomputed(la.gathered(la.chunk_gated_delta_rule))
+    )  # (1, T, Hv, D); checkpointed per level, as the dispatcher runs it
     tree_conv = la.tree_causal_conv1d(conv_in, weight, None, "silu", tree)  # (1, C, T)
     w_out = torch.randn(tree_out.shape, generator=gen)
     w_conv = torch.randn(tree_conv.shape, generator=gen)

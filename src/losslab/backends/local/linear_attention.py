@@ -43,6 +43,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch import Tensor
 
 FAMILIES = ("qwen3_5", "qwen3_5_moe", "qwen3_next")
@@ -110,9 +111,14 @@ def _causal_conv1d() -> dict[str, Callable] | None:
 
 def kernels_for(device: torch.device | str) -> dict[str, str]:
     """The implementation each function dispatches to on `device` (plain and tree passes)."""
-    cuda = torch.device(device).type == "cuda"
+    cuda = torch.device(device).type == "cuda" and not reference_forced()
     fla = "flash-linear-attention" if cuda and _fla() is not None else "losslab-torch"
     conv = "causal-conv1d" if cuda and _causal_conv1d() is not None else "transformers-torch"
+    if reference_forced():
+        plain = ("chunk_gated_delta_rule", "recurrent_gated_delta_rule", "causal_conv1d_fn")
+        return {f: "transformers" for f in (*plain, "causal_conv1d_update")} | {
+            "prefix_tree": "losslab tree conv + per-level losslab-torch delta rule"
+        }
     return {
         "chunk_gated_delta_rule": fla,
         "recurrent_gated_delta_rule": fla,
@@ -224,10 +230,12 @@ def recurrent_gated_delta_rule(
 ) -> tuple[Tensor, Tensor | None]:
     """The gated delta rule one token at a time (the decode step), the reference's values.
 
-    Per token: `S <- S exp(g)`, `S <- S + k^T ((v - k S) beta)`, `o = q S`, as two batched
-    matmuls on (B H, Dk, Dv) and one scale. Without autograd a float32 `initial_state` (the
-    cache's own tensor) is updated in place and returned, so the cache's `copy_` of it is a
-    no-op; with autograd it is left untouched."""
+    Per token: `S' = S exp(g) + k^T delta` with `delta = (v - k S exp(g)) beta`, and
+    `o = q S' = exp(g) (q S) + (q . k) delta`, so one batched matmul `[k; q] S` reads the
+    (B H, Dk, Dv) state once and the update writes it once (a scale and a rank-one `baddbmm`):
+    decoding is bound by these state passes (12.6 MB a layer at 64 rows on the bench model).
+    Without autograd a float32 `initial_state` (the cache's own tensor) is updated in place
+    and returned, so the cache's `copy_` of it is a no-op; with autograd it is left untouched."""
     out_dtype = query.dtype
     q, k, v, g, beta = _heads_first(query, key, value, g, beta, use_qk_l2norm_in_kernel)
     batch, heads, length, dk = k.shape
@@ -251,13 +259,14 @@ def recurrent_gated_delta_rule(
         v_t = v[:, :, t].reshape(batch * heads, 1, dv)
         d_t = decay[:, :, t].reshape(batch * heads, 1, 1)
         b_t = beta[:, :, t].reshape(batch * heads, 1, 1)
-        s_M_K_V = s_M_K_V.mul_(d_t) if in_place else s_M_K_V * d_t
-        delta = (v_t - torch.bmm(k_t, s_M_K_V)).mul_(b_t)
+        k_s, q_s = torch.bmm(torch.cat([k_t, q_t], dim=1), s_M_K_V).split(1, dim=1)
+        delta = (v_t - k_s * d_t) * b_t
         if in_place:
-            s_M_K_V.baddbmm_(k_t.transpose(1, 2), delta)
+            s_M_K_V.mul_(d_t).baddbmm_(k_t.transpose(1, 2), delta)
         else:
-            s_M_K_V = torch.baddbmm(s_M_K_V, k_t.transpose(1, 2), delta)
-        out[:, :, t] = torch.bmm(q_t, s_M_K_V).view(batch, heads, dv)
+            s_M_K_V = torch.baddbmm(s_M_K_V * d_t, k_t.transpose(1, 2), delta)
+        q_k = (q_t * k_t).sum(-1, keepdim=True)
+        out[:, :, t] = (q_s * d_t + q_k * delta).view(batch, heads, dv)
     state = s_M_K_V.view(batch, heads, dk, dv)
     out = out.transpose(1, 2).to(out_dtype, memory_format=torch.contiguous_format)
     return out, state if output_final_state else None
@@ -294,13 +303,20 @@ def _activation(name: str) -> Callable[[Tensor], Tensor]:
 # ----------------------------------------------------------------------------- prefix tree
 
 
+MAX_CHUNK = 64  # the reference's chunk size: longer segments run as several chunks
+
+
 @dataclass(frozen=True)
 class TreeLevel:
-    """The trie segments at one depth: `gather_S_L` their flat positions, padded with the flat
-    length (a zero row on input, the discard row on output); `parent_S` each one's parent
-    among the previous level's segments (None at the roots, which start from a zero state)."""
+    """The trie segments at one depth, in batches of similar length: each batch's
+    `gather_S_L` holds its segments' flat positions, padded with the flat length (a zero row
+    on input, the discard row on output), and runs with chunk size `chunks[i]` (the batch's
+    length rounded up to a power of two, at most `MAX_CHUNK`). `parent_S` gives each segment's
+    parent among the previous level's segments in batch order (None at the roots, which start
+    from a zero state)."""
 
-    gather_S_L: Tensor
+    gathers: tuple[Tensor, ...]
+    chunks: tuple[int, ...]
     parent_S: Tensor | None
 
 
@@ -349,20 +365,29 @@ def build_linear_tree(
     depth: list[int] = []
     for _, _, parent in segments:
         depth.append(0 if parent < 0 else depth[parent] + 1)
-    slot: dict[int, int] = {}  # segment -> its index within its level
+    slot: dict[int, int] = {}  # segment -> its index within its level (batch order)
     levels = []
     for d in range(max(depth, default=-1) + 1):
-        members = [s for s in range(len(segments)) if depth[s] == d]
-        width = max(segments[s][1] - segments[s][0] for s in members)
-        gather = torch.full((len(members), width), n_flat, dtype=torch.long)
-        for i, s in enumerate(members):
-            start, stop, _ = segments[s]
-            gather[i, : stop - start] = torch.arange(start, stop)
-            slot[s] = i
+        buckets: dict[int, list[int]] = {}  # by length, powers of two: padding under half
+        for s in range(len(segments)):
+            if depth[s] == d:
+                length = segments[s][1] - segments[s][0]
+                buckets.setdefault((length - 1).bit_length(), []).append(s)
+        gathers, chunks, order = [], [], []
+        for _, members in sorted(buckets.items()):
+            width = max(segments[s][1] - segments[s][0] for s in members)
+            gather = torch.full((len(members), width), n_flat, dtype=torch.long)
+            for i, s in enumerate(members):
+                start, stop, _ = segments[s]
+                gather[i, : stop - start] = torch.arange(start, stop)
+                slot[s] = len(order) + i
+            order.extend(members)
+            gathers.append(gather.to(device))
+            chunks.append(min(MAX_CHUNK, 1 << (width - 1).bit_length()))
         parents = None
         if d:
-            parents = torch.tensor([slot[segments[s][2]] for s in members], device=device)
-        levels.append(TreeLevel(gather.to(device), parents))
+            parents = torch.tensor([slot[segments[s][2]] for s in order], device=device)
+        levels.append(TreeLevel(tuple(gathers), tuple(chunks), parents))
     return LinearTree(conv_gather.to(device), tuple(levels))
 
 
@@ -397,28 +422,58 @@ def tree_gated_delta_rule(
     use_qk_l2norm_in_kernel: bool,
     rule: Callable[..., tuple[Tensor, Tensor | None]],
 ) -> Tensor:
-    """The gated delta rule over the trie's segments, one `rule` call per level: a level's
-    segments (gathered and right-padded with zeros, which leave the state unchanged: zero key,
-    zero log-decay) start from their parents' final states. (1, T, H, D) -> (1, T, Hv, Dv)."""
+    """The gated delta rule over the trie's segments, one `rule(..., chunk_size=)` call per
+    batch of a level: the segments (gathered and right-padded with zeros, which leave the state
+    unchanged: zero key, zero log-decay) start from their parents' final states.
+    (1, T, H, D) -> (1, T, Hv, Dv). `rule` gets the flat (T + 1)-row inputs and the batch's
+    gather, so a checkpointed rule (`recomputed`) keeps the flat tensors, not padded copies."""
     n_flat = query.shape[1]
-    q, k, v, g_, b_ = (_with_zero_row(x[0]) for x in (query, key, value, g, beta))
+    flat = tuple(_with_zero_row(x[0]) for x in (query, key, value, g, beta))
     out = value.new_zeros((n_flat + 1, *value.shape[2:]))
     states: Tensor | None = None
     for level in tree.levels:
-        idx = level.gather_S_L
-        initial = None if level.parent_S is None else states[level.parent_S]  # type: ignore[index]
-        o, states = rule(
-            q[idx],
-            k[idx],
-            v[idx],
-            g_[idx],
-            b_[idx],
-            initial_state=initial,
-            output_final_state=True,
-            use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
-        )
-        out = out.index_copy(0, idx.reshape(-1), o.reshape(-1, *o.shape[2:]).to(out.dtype))
+        finals, start = [], 0
+        for idx, chunk in zip(level.gathers, level.chunks, strict=True):
+            initial = None
+            if level.parent_S is not None:
+                initial = states[level.parent_S[start : start + idx.shape[0]]]  # type: ignore[index]
+            o, final = rule(
+                *flat,
+                gather=idx,
+                chunk_size=chunk,
+                initial_state=initial,
+                output_final_state=True,
+                use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+            )
+            out = out.index_copy(0, idx.reshape(-1), o.reshape(-1, *o.shape[2:]).to(out.dtype))
+            finals.append(final)
+            start += idx.shape[0]
+        states = finals[0] if len(finals) == 1 else torch.cat(finals)
     return out[:n_flat][None]
+
+
+def gathered(rule: Callable[..., tuple[Tensor, Tensor | None]]) -> Callable:
+    """`rule` on rows `gather` (S, L) of flat (T + 1, H, D) inputs: (S, L, H, D) segments."""
+
+    def run(q, k, v, g, beta, *, gather: Tensor, **kwargs):
+        return rule(q[gather], k[gather], v[gather], g[gather], beta[gather], **kwargs)
+
+    return run
+
+
+def recomputed(rule: Callable[..., tuple[Tensor, Tensor | None]]) -> Callable:
+    """`rule` under activation checkpointing when autograd records it: the backward reruns
+    the chunk's forward instead of keeping its intermediates (the decay matrices, the solved
+    [U W], the decayed q and k: several times its inputs), for about one more forward of the
+    delta rule (a few % of a layer's FLOPs)."""
+
+    def run(*args, **kwargs):
+        tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)]
+        if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
+            return rule(*args, **kwargs)
+        return torch.utils.checkpoint.checkpoint(rule, *args, use_reentrant=False, **kwargs)
+
+    return run
 
 
 # ----------------------------------------------------------------------------- dispatch
@@ -460,21 +515,17 @@ def _rule_dispatch(reference: Callable, function: str, fla_key: str, ours: Calla
             output_final_state=output_final_state,
             use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
         )
-        own = functools.partial(ours, chunk_size=chunk_size) if chunked else ours
         if prefix_tree is not None and chunked:
             _count(function, f"prefix-tree/{'flash-linear-attention' if fla else 'losslab-torch'}")
             tree = _tree_of(prefix_tree)
+            per_level = (
+                gathered(_without_chunk_size(fla[fla_key])) if fla else recomputed(gathered(ours))
+            )
             out = tree_gated_delta_rule(
-                query,
-                key,
-                value,
-                g,
-                beta,
-                tree,
-                use_qk_l2norm_in_kernel,
-                fla[fla_key] if fla else own,
+                query, key, value, g, beta, tree, use_qk_l2norm_in_kernel, per_level
             )
             return out, None
+        own = recomputed(functools.partial(ours, chunk_size=chunk_size) if chunked else ours)
         if cu_seqlens is not None or reference_forced():
             _count(function, "transformers")
             return reference(
@@ -488,6 +539,15 @@ def _rule_dispatch(reference: Callable, function: str, fla_key: str, ours: Calla
         return own(query, key, value, g, beta, **state)
 
     return rule
+
+
+def _without_chunk_size(kernel: Callable) -> Callable:
+    """fla's chunked kernel picks its own chunk size."""
+
+    def run(*args, chunk_size: int = MAX_CHUNK, **kwargs):
+        return kernel(*args, **kwargs)
+
+    return run
 
 
 def _chunk_dispatch(reference: Callable) -> Callable:
