@@ -1,8 +1,9 @@
 """Prefix sharing in training and scoring: values and LoRA gradients equal separate passes.
 
-Every family `make_tiny_model_dir` builds is checked; families whose cache cannot be shared
-(linear-attention hybrids, sliding-window layers) must report `can_share_prefix` False and
-still give the same numbers (they take the one-pass-per-sequence path).
+Every family `make_tiny_model_dir` builds is checked: full attention (Llama, Qwen3) and the
+Gated-DeltaNet hybrids (Qwen3.5 dense and MoE, Qwen3-Next: the recurrent state forked at every
+branch of the trie) share; sliding-window layers (Gemma-3) must report `can_share_prefix` False
+and still give the same numbers (they take the one-pass-per-sequence path).
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ class LocalServiceClient:
         share_prefix: in training and scoring, run a shared prefix (a GRPO group's prompt) once
             and reuse its KV cache for every sequence that starts with it (same values and
             gradients as separate passes, to float round-off). Turn it off only to measure what
-            it buys; families that cannot share (linear-attention, sliding-window) never do.
+            it buys; families that cannot share (sliding-window) never do.
     Other keyword arguments of `tinker.ServiceClient` (user_metadata, project_id, api_key,
     base_url, display_name, ...) are accepted and ignored, so code written for Tinker constructs
     this unchanged.

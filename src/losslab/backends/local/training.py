@@ -394,8 +394,8 @@ class LocalTrainingClient(TrainingClientSurface):
 
         Prefix sharing: leading tokens that datums share (a GRPO group's prompt, a header common
         to several prompts) run once, as one prefix trie (`logprobs.sequence_logprobs`), with
-        the gradient of separate passes; families that cannot share (linear-attention,
-        sliding-window) run one pass per sequence.
+        the gradient of separate passes (Gated-DeltaNet layers fork the prompt's recurrent state);
+        families that cannot share (sliding-window) run one pass per sequence.
 
         Memory guard: the fused pass keeps the whole batch's activations. When the batch needs
         more than one micro-batch (`max_tokens_per_batch` tokens), it runs Tinker's
