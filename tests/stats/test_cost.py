@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -140,7 +141,20 @@ def test_cpu_calibration_is_the_bench_measurement():
     """Each `CPU_CALIBRATION` entry re-derived from the bench JSON it cites: the FLOPs of the
     measured step (this module's model) over the measured matmul rate and phase medians."""
     bench = Path(__file__).resolve().parents[2] / "bench"
-    runs = {"llama": (bench / "results_vs_trl.json", model_size(SMOLLM2))}
+
+    sys.path.insert(0, str(bench))
+    from bench_models import qwen3_5_config, smollm2_dir
+
+    from losslab.backends.local.models import ModelNotFoundError
+
+    try:  # the bench model's config is SmolLM2's widths (bench/bench_models.py)
+        qwen = qwen3_5_config(smollm2_dir())
+    except ModelNotFoundError as e:
+        pytest.skip(f"SmolLM2's config is not on this machine: {e}")
+    runs = {
+        "llama": (bench / "results_vs_trl.json", model_size(SMOLLM2)),
+        "qwen3_5": (bench / "results_vs_trl_qwen3_5.json", model_size("bench-qwen3_5", qwen)),
+    }
     for family, (path, size) in runs.items():
         cal = CPU_CALIBRATION[family]
         assert path.name in cal.source
