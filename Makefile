@@ -36,7 +36,7 @@ $(BENCH_STAMP): $(STAMP)
 	$(BENCH_VENV)/bin/python -m pip install -q --no-deps "trl==1.16.0"
 	touch $(BENCH_STAMP)
 
-.PHONY: install install-cookbook test test-cookbook test-tinker-server lint demo bench clean
+.PHONY: install install-cookbook test test-cookbook test-tinker-server lint demo bench gpu-check clean
 install: $(STAMP)
 
 # tinker-cookbook 0.6.1 for tests/cookbook (skipped without it): its import-time deps from the
@@ -61,8 +61,18 @@ test: $(STAMP) lint
 demo: $(STAMP)
 	$(BIN)/losslab run examples/arithmetic_dppo_vs_grpo_local.json
 
+# ARCH=llama (SmolLM2-135M, bench/results_vs_trl.json) or ARCH=qwen3_5 (a random-init Qwen3.5 at
+# SmolLM2's widths, bench/results_vs_trl_qwen3_5.json); see docs/benchmarks.md
+ARCH ?= llama
 bench: $(BENCH_STAMP)
-	$(BIN)/python bench/bench_vs_trl.py --trl-python $(BENCH_VENV)/bin/python
+	$(BIN)/python bench/bench_vs_trl.py --trl-python $(BENCH_VENV)/bin/python --arch $(ARCH)
+
+# The plan's RL step at real size (Qwen3.5-2B architecture, random weights, bf16) on one CUDA
+# GPU, < 8 minutes on an H100/H200; writes bench/results_gpu.json. Install the kernels first:
+# `.venv/bin/pip install -e ".[gpu]"` (flash-linear-attention, causal-conv1d). Its CPU dry
+# mode runs in `make test` (tests/backends/test_gpu_check.py). See docs/benchmarks.md.
+gpu-check: $(STAMP)
+	$(BIN)/python bench/gpu_check.py
 
 clean:
 	rm -rf $(VENV) $(TS_VENV) $(BENCH_VENV) .pytest_cache

