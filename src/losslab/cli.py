@@ -84,13 +84,14 @@ def plan_show(
     and the projected cost against the budget (losslab.stats.cost)."""
     from losslab.plan import check_plan_file, plan_summary
     from losslab.stats.cost import plan_cost
+    from losslab.stats.power import power_lines
 
     result = check_plan_file(plan_file)
     if result.plan is None:
         for problem in result.errors:
             typer.echo(f"error: {problem}", err=True)
         raise typer.Exit(1)
-    typer.echo(plan_summary(result.plan))
+    typer.echo(plan_summary(result.plan, decision_notes=power_lines(result.plan)))
     try:
         cost = plan_cost(result.plan, data=data, gpu=gpu, utilisation=utilisation)
     except ValueError as exc:  # unknown model size, bad --gpu / --utilisation

@@ -3,10 +3,14 @@
 Every engine value says whether it came from the plan file or from losslab's default, every loss
 says which registry spec it resolves to and from where, and the decision rule says the CI
 half-width it implies at the eval's n, i.e. the smallest gap it can call `validated`, and the
-minimum detectable effect at 80% power.
+minimum detectable effect at 80% power
+(`decision_notes`: the caller passes `losslab.stats.power.power_lines(plan)`, since `plan` imports
+nothing above it).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from losslab.plan.rule import hoeffding_half_width, weighted_range
 from losslab.plan.schema import Plan
@@ -16,7 +20,7 @@ def _signed(w: float) -> str:
     return f"{w:+g}"
 
 
-def plan_summary(plan: Plan) -> str:
+def plan_summary(plan: Plan, decision_notes: Sequence[str] = ()) -> str:
     """A readable multi-line summary of a validated plan."""
     lines: list[str] = [plan.title, ""]
     lines.append(
@@ -135,7 +139,7 @@ def plan_summary(plan: Plan) -> str:
     lines.append(
         "  also reported, never deciding: exact McNemar, paired-t, empirical-Bernstein CIs"
     )
-    lines += _power_lines(plan)
+    lines += [f"  {line}" for line in decision_notes]
 
     # --- budget ---
     b = plan.budget
@@ -157,25 +161,6 @@ def plan_summary(plan: Plan) -> str:
         lines += ["", "Warnings"]
         lines += [f"  {w}" for w in plan.warnings]
     return "\n".join(lines)
-
-
-def _power_lines(plan: Plan) -> list[str]:
-    """The rule's minimum detectable effect at 80% power (`losslab.stats.power`), per criterion.
-
-    Imported here, not at the top: `losslab.plan` imports nothing above it at import time, and
-    only `plan show` needs the power model (it already loads `losslab.stats` for the cost)."""
-    from losslab.stats.power import DEFAULT_DISCORDANCE, rule_power
-
-    out = []
-    for result in rule_power(plan.decision_rule, plan.eval.n_examples):
-        head, *rest = result.lines()
-        out.append(f"  {result.criterion}: {head}")
-        out += [f"  {line}" for line in rest]
-    out.append(
-        f"  (assumed discordance {DEFAULT_DISCORDANCE:g} = share of items the two final "
-        "checkpoints disagree on; why: losslab.stats.power.DEFAULT_DISCORDANCE)"
-    )
-    return out
 
 
 def recorded_texts(plan: Plan) -> list[tuple[str, str]]:

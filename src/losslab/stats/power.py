@@ -461,3 +461,18 @@ def to_settle(
         f"{d_range[1] - d_range[0]:g} * sqrt(ln(2/{alpha:g}) / (2n)) counts items, not seeds."
     )
     return ToSettle(criterion, estimate, sd, margin, n, power, need, None, head + tail)
+
+
+def power_lines(plan: Any) -> list[str]:
+    """`plan show`'s power lines: every criterion's minimum detectable effect at 80% power at
+    the plan's n (`rule_power`), and the discordance assumed. `plan` is a `losslab.plan.Plan`."""
+    out = []
+    for result in rule_power(plan.decision_rule, plan.eval.n_examples):
+        head, *rest = result.lines()
+        out.append(f"{result.criterion}: {head}")
+        out += list(rest)
+    out.append(
+        f"(assumed discordance {DEFAULT_DISCORDANCE:g} = share of items the two final "
+        "checkpoints disagree on; why: losslab.stats.power.DEFAULT_DISCORDANCE)"
+    )
+    return out
