@@ -487,8 +487,9 @@ def test_unparseable_files(tmp_path: Path, content: str, words: str) -> None:
 
 
 def test_missing_file(tmp_path: Path) -> None:
+    """A plan file that is not there is a usage error (exit 2), not a plan with problems."""
     result = CliRunner().invoke(app, ["plan", "check", str(tmp_path / "absent.json")])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "does not exist" in result.output
 
 
