@@ -107,6 +107,12 @@ def check_plan_file(path: str | Path) -> PlanCheck:
     if unreadable is not None:
         return PlanCheck(None, [unreadable], unreadable=True)
     assert text is not None
+    return check_plan_text(text)
+
+
+def check_plan_text(text: str) -> PlanCheck:
+    """Check a plan's JSON text: size and depth first, then the parse (duplicate keys refused
+    at their paths), then `check_plan_data`."""
     refused = semantics.text_problems(text)  # size, depth: before the parser runs
     if refused:
         return PlanCheck(None, [Problem(path, msg) for path, msg in refused])
