@@ -5,7 +5,7 @@ An arm's name names its folder (`arms/<name>/`, checkpoints below it), its evalu
 name is a name too. A plan could otherwise write outside the run directory
 (`"../../victim/train"`), over a user's file (an absolute path), or make a name the file system
 refuses (NUL, over-long) or hides (a dot name). `plan check` refuses such a name at its JSON
-path; the runner also confines every path it writes at write time (defence in depth).
+path, before anything is written (checking each path at write time is the runner's part).
 
 The rule is a whitelist, not a list of bad characters, so no encoding trick passes it:
 `SAFE_NAME_PATTERN` - ASCII letters, digits, `_`, `-` and `.`, starting with a letter or digit

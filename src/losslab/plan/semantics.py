@@ -4,8 +4,11 @@
 *means*, on the raw JSON, with the JSON path of each problem:
 
 - the file itself: at most `MAX_PLAN_BYTES` and `MAX_DEPTH` levels of nesting (a deeply nested
-  file would otherwise end in a `RecursionError`), and free of the value of `TINKER_API_KEY`
-  (the run directory keeps a byte copy of the plan, so a key in it would be stored);
+  file would otherwise end in a `RecursionError`);
+- every string and key (`string_problems`): valid Unicode (no lone surrogate), no NUL or other
+  control character, and free of the value of `TINKER_API_KEY` as written or encoded (JSON or
+  Python escapes, %-encoding, HTML references, hex, base64: `holds_secret`), since the run
+  directory keeps a byte copy of the plan, so a key in it would be stored;
 - every JSON number finite (NaN and Infinity are not JSON, though Python's parser reads them);
 - learning rates in (0, `MAX_LR`], Adam betas in [0, 1), eps > 0, weight decay >= 0;
 - counts (rank, steps, batch, tokens, items) within what a machine and the task can hold;
