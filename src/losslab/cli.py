@@ -54,10 +54,14 @@ app.add_typer(plan_app, name="plan")
 def plan_check(
     plan_file: str = typer.Argument(..., help="The plan JSON file."),
 ) -> None:
-    """Validate PLAN_FILE: every problem on its own `json.path: message` line; exit 0 or 1."""
+    """Validate PLAN_FILE: every problem on its own `json.path: message` line; exit 0, 1 (the
+    plan has problems) or 2 (PLAN_FILE is missing, not a regular file, too large or not UTF-8)."""
     from losslab.plan import check_plan_file
 
     result = check_plan_file(plan_file)
+    if result.unreadable:
+        typer.echo(f"error: {result.errors[0].message}", err=True)
+        raise typer.Exit(2)
     for warning in result.warnings:
         typer.echo(f"warning: {warning}", err=True)
     if not result.ok:
@@ -90,7 +94,7 @@ def plan_show(
     if result.plan is None:
         for problem in result.errors:
             typer.echo(f"error: {problem}", err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(2 if result.unreadable else 1)
     typer.echo(plan_summary(result.plan, decision_notes=power_lines(result.plan)))
     try:
         cost = plan_cost(result.plan, data=data, gpu=gpu, utilisation=utilisation)

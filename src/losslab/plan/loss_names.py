@@ -26,6 +26,7 @@ against its declaration (`losslab.plan.semantics.loss_problems`).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -53,6 +54,7 @@ _REVISION_HEAD = re.compile(
     re.DOTALL,
 )
 _CLIP_SHORTHAND = re.compile(r"\s*clip\s+(?P<lo>[0-9.eE+-]+)\s*/\s*(?P<hi>[0-9.eE+-]+)\s*")
+_CLIP_WORD = re.compile(r"\s*clip\s")  # an argument that starts with the word `clip`
 _DESCRIPTION_SEPARATORS = (" \u2014 ", " -- ")
 
 
@@ -219,6 +221,9 @@ def parse_revision(text: str) -> Revision:
             f"revision {text!r}: {_revision_hint(head)}; "
             "expected 'owner/repo@commit:path::function(kw=value, ...)'"
         )
+    path_problem = _repo_path_problem(match["path"])
+    if path_problem is not None:
+        raise RevisionError(f"revision {text!r}: path {match['path']!r} {path_problem}")
     args = match["args"] or ""
     kwargs: dict[str, Any] = {}
     notes: list[str] = []
@@ -238,13 +243,17 @@ def parse_revision(text: str) -> Revision:
             if key in kwargs:
                 raise RevisionError(f"revision {text!r}: argument {key} given twice")
             kwargs[key] = value
-        elif clip is not None:
+        elif clip is not None or _CLIP_WORD.match(part):
+            # a `clip ...` argument is a pin, never a note: `clip nan/nan` or `clip a/b` left as
+            # a note would leave the baseline unpinned while the preflight still passes
             try:
-                clip_bounds = (float(clip["lo"]), float(clip["hi"]))
-            except ValueError as err:
+                clip_bounds = (float(clip["lo"]), float(clip["hi"])) if clip else None
+            except ValueError:
+                clip_bounds = None
+            if clip_bounds is None or not all(math.isfinite(b) for b in clip_bounds):
                 raise RevisionError(
-                    f"revision {text!r}: 'clip LO/HI' needs two numbers, got {part!r}"
-                ) from err
+                    f"revision {text!r}: 'clip LO/HI' needs two finite numbers, got {part.strip()!r}"
+                )
         else:
             notes.append(part)
     return Revision(
@@ -259,6 +268,20 @@ def parse_revision(text: str) -> Revision:
         description=description,
         args=args,
     )
+
+
+def _repo_path_problem(path: str) -> str | None:
+    """Why a revision's file path is not a plain path inside the repository (None if it is):
+    the path is read from a checkout (`--source repo=PATH`) or a git commit, so `..`, an
+    absolute path or a NUL byte could read a file outside it."""
+    if "\x00" in path:
+        return "contains a NUL byte"
+    if path.startswith(("/", "\\")):
+        return "is absolute; expected a path inside the repository"
+    parts = path.replace("\\", "/").split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        return "has an empty, '.' or '..' part; expected a plain path inside the repository"
+    return None
 
 
 def parse_registry_spec(text: str) -> tuple[str, dict[str, Any]]:
@@ -299,22 +322,50 @@ def _grpo_clip_from_revision(name: str, revision: str | None) -> tuple[float, fl
     if not revision:
         return None
     rev = _pinned_revision(name, "baseline_revision", revision)
-    if "clip_low_threshold" in rev.kwargs and "clip_high_threshold" in rev.kwargs:
-        bounds = {k: rev.kwargs[k] for k in ("clip_low_threshold", "clip_high_threshold")}
+    try:
+        return pinned_clip(rev)
+    except RevisionError as exc:
+        raise LossNameError(f"{name!r}: baseline_revision {exc}") from exc
+
+
+_CLIP_KEYS = ("clip_low_threshold", "clip_high_threshold")
+
+
+def pinned_clip(rev: Revision) -> tuple[float, float] | None:
+    """The absolute ratio-clip bounds a baseline revision pins: both thresholds, a `clip_ratio`
+    eps, or the `clip LO/HI` shorthand; None when it pins none.
+
+    Raises:
+        RevisionError: a pin that is not a finite number, a threshold without the other, or
+            bounds that are not low < 1 < high (no clip could be checked against it).
+    """
+    given = [k for k in _CLIP_KEYS if k in rev.kwargs]
+    if len(given) == 1:
+        missing = next(k for k in _CLIP_KEYS if k not in given)
+        raise RevisionError(f"pins {given[0]} but not {missing}; pin both")
+    if given:
+        bounds = {k: rev.kwargs[k] for k in _CLIP_KEYS}
     elif "clip_ratio" in rev.kwargs:
         bounds = {"clip_ratio": rev.kwargs["clip_ratio"]}
+    elif rev.clip_bounds is None:
+        return None
     else:
-        return rev.clip_bounds
+        bounds = dict(zip(("clip LO", "clip HI"), rev.clip_bounds, strict=True))
     for key, value in bounds.items():
         if not _is_number(value):
-            raise LossNameError(f"{name!r}: baseline_revision {key}={value!r} is not a number")
+            raise RevisionError(f"{key}={value!r} is not a finite number")
     if "clip_ratio" in bounds:
-        return 1.0 - bounds["clip_ratio"], 1.0 + bounds["clip_ratio"]
-    return float(bounds["clip_low_threshold"]), float(bounds["clip_high_threshold"])
+        low, high = 1.0 - bounds["clip_ratio"], 1.0 + bounds["clip_ratio"]
+    else:
+        low, high = (float(v) for v in bounds.values())
+    if not low < 1.0 < high:
+        raise RevisionError(f"clip {low:g}/{high:g} is not low < 1 < high")
+    return low, high
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    """A finite int or float: NaN or infinity as a pin would make every comparison pass."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _resolve_grpo(name: str, eps_text: str | None, baseline_revision: str | None) -> ResolvedLoss:
@@ -366,7 +417,8 @@ def _resolve_dppo(name: str, reference_revision: str | None) -> ResolvedLoss:
         )
     threshold, cap = rev.kwargs["clip_ratio"], rev.kwargs["clip_ratio_c"]
     for key, value in (("clip_ratio", threshold), ("clip_ratio_c", cap)):
-        if not _is_number(value) or value <= 0:
+        # NaN fails `> 0`; inf passes here and the loss's declaration decides (a cap may be inf)
+        if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
             raise LossNameError(f"{name!r}: reference_revision {key}={value!r} is not a number > 0")
     params = {"low": threshold, "high": threshold, "anchor": anchor, "clip_ratio_c": cap}
     return ResolvedLoss(
