@@ -72,9 +72,7 @@ def atomic_write_bytes(path: StrPath, data: bytes) -> Path:
         raise _naming(e, path) from None
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            _write_all(f, data)
         os.chmod(tmp, FILE_MODE)
         os.replace(tmp, path)
     except OSError as e:
@@ -85,6 +83,13 @@ def atomic_write_bytes(path: StrPath, data: bytes) -> Path:
         raise
     fsync_dir(path.parent)
     return path
+
+
+def _write_all(f: Any, data: bytes) -> None:
+    """Write, flush and fsync: where a full disk shows up (ENOSPC, naming no file)."""
+    f.write(data)
+    f.flush()
+    os.fsync(f.fileno())
 
 
 def _naming(e: OSError, path: Path) -> OSError:
