@@ -482,15 +482,29 @@ def report(
     from pathlib import Path
 
     from losslab.report import build_report
+    from losslab.runner.errors import RunDirError
+    from losslab.runner.lock import acquire_shared
 
     try:
+        # shared: reports may run side by side, never while a run rewrites the artifacts
+        lock = acquire_shared(Path(run_dir)) if Path(run_dir).is_dir() else None
+    except RunDirError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    try:
         paths = build_report(Path(run_dir))
+    except RunDirError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
     except FileNotFoundError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
     except (ValueError, KeyError, TypeError, AttributeError) as e:  # a hand-edited artifact
         typer.echo(f"error: cannot read the artifacts in {run_dir}: {e}", err=True)
         raise typer.Exit(2) from None
+    finally:
+        if lock is not None:
+            lock.release()
     typer.echo(f"report: {paths.html_path.resolve()}")
     typer.echo(f"facts: {paths.json_path.resolve()}")
 

@@ -17,6 +17,12 @@ class RunDirError(RunError):
     exit_code = 2
 
 
+class DiskFull(RunError):
+    """A write found no space left on the device; the run directory stays resumable (exit 1)."""
+
+    exit_code = 1
+
+
 class ResumeRefused(RunError):
     """`--resume` pointed at a run from another plan, backend or losslab version."""
 

@@ -38,7 +38,7 @@ from losslab.runner.checkpoint import (
     save_checkpoint,
     seed_everything,
 )
-from losslab.runner.errors import CheckFailed, RunDirError, RunError
+from losslab.runner.errors import CheckFailed, DiskFull, RunDirError, RunError
 from losslab.runner.phases import VERDICT_PHASE
 from losslab.runner.progress import RunConsole
 from losslab.runner.protocols import ArmTrainer, Components, Phase, check_table
@@ -50,6 +50,7 @@ from losslab.runner.rundir import (
     write_json_artifact,
 )
 from losslab.runner.signals import interrupt_exit_code, interrupt_name, sigterm_as_interrupt
+from losslab.runner.startup import check_start_environment
 from losslab.runner.trackers import MetricsMirror, open_tracker
 
 KEEP_CHECKPOINTS = 2  # newest two per arm: resume needs one, the other guards a bad disk write
@@ -113,6 +114,7 @@ def run_plan(
     """
     with sigterm_as_interrupt():  # a scheduler's SIGTERM unwinds like Ctrl-C
         plan_file = Path(plan_file)
+        check_start_environment(backend)  # a short key, a bad timeout: refused before any work
         if not plan_file.is_file():
             raise RunError(f"plan file {plan_file} does not exist")
         factory = components_factory or _default_factory(data, rehearse)
@@ -126,7 +128,7 @@ def run_plan(
         mirror = open_tracker(tracker)  # a missing tracker package fails before any write
         # a rehearsal reaches every phase (force); each check's outcome is still recorded
         how = dict(backend=backend, force=force or rehearse, rehearsal=rehearsal)
-        run = open_run_dir(plan_file, out=out, resume=resume, **how)
+        run = open_run_dir(plan_file, out=out, resume=resume, units=components.schedule.arms, **how)
         command = f"losslab run {plan_file} --backend {backend}" + (" --rehearse" * rehearse)
         intro = [f"{command}: {'resuming' if resume else 'run directory'} {run.root}"]
         if rehearsal is not None:
@@ -174,10 +176,10 @@ def _run_in(
         _log_quietly(console, f"{what}; the run directory is resumable: {resume_hint}")
         raise RunInterrupted(f"{what}. Continue with: {resume_hint}", interrupt_exit_code(e)) from e
     except OSError as e:
-        if e.errno == errno.ENOSPC:
-            raise RunDirError(
-                f"the disk is full while writing {e.filename or run.root}. Free space, then "
-                f"continue with: {resume_hint}"
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskFull(
+                f"no space left on the device while writing {e.filename or run.root}; the run "
+                f"directory is resumable. Free space, then continue with: {resume_hint}"
             ) from e
         raise
     except CheckFailed:
@@ -317,7 +319,7 @@ class _Runner:
         self.console.log(message)
 
     def path(self, relative: str) -> Path:
-        return self.run_dir.root / relative
+        return self.run_dir.under(relative)
 
     def record(self, phase: str) -> dict[str, Any]:
         return self.run_dir.read_manifest().get("phases", {}).get(phase, {})
