@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from losslab.plan import Plan
-from losslab.stats.feasibility import StepTimings, project_feasibility
+from losslab.stats.feasibility import StepTimings, project_feasibility, training_units
 
 
 @dataclass(frozen=True)
@@ -423,11 +423,9 @@ def project_cost(
         pilot_reused=True,
     )
     fc = project_feasibility(timings, plan)
-    arms = len(plan.arms)
-    total = arms * (
-        plan.rollout_steps * (work.sampling_flops + work.training_flops)
-        + plan.eval.n_examples * work.eval_flops
-    )
+    units = len(training_units(plan))  # every arm at every seed
+    total = units * plan.rollout_steps * (work.sampling_flops + work.training_flops)
+    total += (units + 1) * plan.eval.n_examples * work.eval_flops  # + the base model's eval
     sharing = (
         f"each group's prompt trained once (prefix trie): {work.training_tokens:.0f} tokens"
         if model.architecture.shares_prefix
@@ -457,7 +455,8 @@ def project_cost(
         problems=list(fc.problems),
         assumptions=[
             f"completions run to max_tokens = {lc} (eval: {e.eval_max_tokens})",
-            f"{upb} updates per batch, {arms} arms one after the other",
+            f"{upb} updates per batch, {units} trained arms ({len(plan.arms)} arms x "
+            f"{units // len(plan.arms)} seeds) one after the other, the base model evaluated once",
             f"architecture {model.architecture.name}; training path {work.training_path}",
             f"{sharing} per rollout step",
             f"{rows_per_decode_batch} sequences per decode batch",
