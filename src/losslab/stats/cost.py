@@ -260,7 +260,8 @@ class CostProjection:
             f"  model      {size}",
             f"  prompts    {self.prompt.mean_tokens:.0f} tokens mean ({self.prompt.how})",
             f"  per rollout step  sampling {f['sampling_per_step']:.3g} FLOP = "
-            f"{t['sample_s']:.3g} s; training {f['training_per_step']:.3g} FLOP = "
+            f"{t['sample_s']:.3g} s; training {f['training_per_step']:.3g} FLOP"
+            f"{' (6N, two-phase)' if 'two-phase' in self.training_path else ' (4N, fused)'} = "
             f"{t['train_per_rollout_step_s']:.3g} s",
             f"  per eval item     {f['eval_per_item']:.3g} FLOP = {t['eval_s_per_item']:.3g} s",
             f"  total             {f['total']:.3g} FLOP",
@@ -456,7 +457,7 @@ def project_cost(
         assumptions=[
             f"completions run to max_tokens = {lc} (eval: {e.eval_max_tokens})",
             f"{upb} updates per batch, {units} trained arms ({len(plan.arms)} arms x "
-            f"{units // len(plan.arms)} seeds) one after the other, the base model evaluated once",
+            f"{units // len(plan.arms)} seed(s)) one after the other, the base model evaluated once",
             f"architecture {model.architecture.name}; training path {work.training_path}",
             f"{sharing} per rollout step",
             f"{rows_per_decode_batch} sequences per decode batch",
