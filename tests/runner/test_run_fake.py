@@ -32,6 +32,7 @@ ARTIFACTS = [
     "arms/treat/metrics.jsonl",
     "eval_base.jsonl",
     "eval_treat.jsonl",
+    "generation_audit.json",
     "verdict.json",
     "report.json",
     "report.html",
@@ -58,6 +59,7 @@ def test_complete_run_writes_every_artifact(plan: Path, tmp_path: Path) -> None:
             "gate",
             "arms",
             "evaluation",
+            "audit",
             "decision",
             "report",
         )
