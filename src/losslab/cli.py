@@ -435,6 +435,13 @@ def run(
         "of the plan's architecture (minutes). Catches crashes before GPU hours are spent; "
         "its verdict is not evidence and its run directory cannot be resumed as a real run.",
     ),
+    source: list[str] | None = typer.Option(
+        None,
+        "--source",
+        help="owner/repo=PATH: a git checkout (or bare git dir) the correctness preflight "
+        "executes the pinned source from instead of fetching it; repeatable. Without it an "
+        "offline run re-derives the reference, and the console and report say so.",
+    ),
     tracker: str | None = typer.Option(
         None,
         "--tracker",
@@ -462,6 +469,7 @@ def run(
     if out is not None and resume is not None:
         typer.echo("error: pass either --out (a new run) or --resume (an existing one)", err=True)
         raise typer.Exit(2)
+    sources = _parse_sources_or_exit(source)
     try:
         run_plan(
             Path(plan),
@@ -473,6 +481,7 @@ def run(
             data=Path(data) if data else None,
             rehearse=rehearse,
             tracker=tracker,
+            sources=sources,
         )
     except PlanError as e:
         typer.echo(f"error: plan {plan} is not valid:\n{e}", err=True)

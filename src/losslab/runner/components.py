@@ -64,8 +64,15 @@ def check_task_sizes(task: Any, n_eval: int, data: Any) -> None:
 class DefaultComponents:
     """Components for `run_plan` from a plan file and a backend name (`losslab.backends.BACKENDS`)."""
 
-    def __init__(self, plan_file: Path, backend: str, data: Path | None = None) -> None:
+    def __init__(
+        self,
+        plan_file: Path,
+        backend: str,
+        data: Path | None = None,
+        sources: dict[str, Path] | None = None,
+    ) -> None:
         self.backend_impl = _backend(backend, "")
+        self.sources = dict(sources or {})  # owner/repo -> checkout the preflight executes
         self.plan_file = Path(plan_file)
         self.plan = load_plan(self.plan_file)  # PlanError lists every problem, incl. features
         if self.plan.engine.backend is not None:
