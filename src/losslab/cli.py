@@ -83,12 +83,20 @@ def plan_show(
     utilisation: float = typer.Option(
         0.25, "--utilisation", help="Assumed fraction of the GPU's peak the run reaches."
     ),
+    prices: str | None = typer.Option(
+        None,
+        "--prices",
+        help="JSON price table for the Tinker cost (default: the plan's engine.price_table, "
+        "else losslab's dated table, losslab/stats/tinker_prices.json).",
+    ),
 ) -> None:
     """Summarize PLAN_FILE: arms and their switch, preflights, gate, decision rule, budget,
-    and the projected cost against the budget (losslab.stats.cost)."""
+    the projected GPU cost against the budget (losslab.stats.cost) and the Tinker token
+    counts and dollars (losslab.stats.tinker_cost)."""
     from losslab.plan import check_plan_file, plan_summary
-    from losslab.stats.cost import plan_cost
+    from losslab.stats.cost import plan_cost, unmeasured_prompt_bound
     from losslab.stats.power import power_lines
+    from losslab.stats.tinker_cost import load_price_table, tinker_cost
 
     result = check_plan_file(plan_file)
     if result.plan is None:
@@ -96,12 +104,22 @@ def plan_show(
             typer.echo(f"error: {problem}", err=True)
         raise typer.Exit(2 if result.unreadable else 1)
     typer.echo(plan_summary(result.plan, decision_notes=power_lines(result.plan)))
+    plan = result.plan
     try:
-        cost = plan_cost(result.plan, data=data, gpu=gpu, utilisation=utilisation)
+        table = load_price_table(prices or plan.engine.price_table)
+    except ValueError as exc:
+        option = "--prices" if prices else "engine.price_table"
+        typer.echo(f"error: {option}: {exc}", err=True)
+        raise typer.Exit(2) from None
+    try:
+        cost = plan_cost(plan, data=data, gpu=gpu, utilisation=utilisation)
     except ValueError as exc:  # unknown model size, bad --gpu / --utilisation
         typer.echo(f"\nCost projection: not available ({exc})")
-        return
-    typer.echo("\n" + "\n".join(cost.lines()))
+        prompt = unmeasured_prompt_bound(plan)
+    else:
+        typer.echo("\n" + "\n".join(cost.lines()))
+        prompt = cost.prompt
+    typer.echo("\n" + "\n".join(tinker_cost(plan, prompt.mean_tokens, table).lines()))
 
 
 # --- conform: module conformance (losslab.conformance.modules) ---
@@ -421,6 +439,13 @@ def run(
         "of the plan's architecture (minutes). Catches crashes before GPU hours are spent; "
         "its verdict is not evidence and its run directory cannot be resumed as a real run.",
     ),
+    source: list[str] | None = typer.Option(
+        None,
+        "--source",
+        help="owner/repo=PATH: a git checkout (or bare git dir) the correctness preflight "
+        "executes the pinned source from instead of fetching it; repeatable. Without it an "
+        "offline run re-derives the reference, and the console and report say so.",
+    ),
     tracker: str | None = typer.Option(
         None,
         "--tracker",
@@ -448,6 +473,7 @@ def run(
     if out is not None and resume is not None:
         typer.echo("error: pass either --out (a new run) or --resume (an existing one)", err=True)
         raise typer.Exit(2)
+    sources = _parse_sources_or_exit(source)
     try:
         run_plan(
             Path(plan),
@@ -459,6 +485,7 @@ def run(
             data=Path(data) if data else None,
             rehearse=rehearse,
             tracker=tracker,
+            sources=sources,
         )
     except PlanError as e:
         typer.echo(f"error: plan {plan} is not valid:\n{e}", err=True)

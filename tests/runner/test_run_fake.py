@@ -33,6 +33,7 @@ ARTIFACTS = [
     "arms/treat/metrics.jsonl",
     "eval_base.jsonl",
     "eval_treat.jsonl",
+    "generation_audit.json",
     "verdict.json",
     "report.json",
     "report.html",
@@ -59,6 +60,7 @@ def test_complete_run_writes_every_artifact(plan: Path, tmp_path: Path) -> None:
             "gate",
             "arms",
             "evaluation",
+            "audit",
             "decision",
             "report",
         )

@@ -561,20 +561,28 @@ def preflight_checks(report: Mapping[str, Any]) -> tuple[Check, ...]:
 
 
 def preflight_phase(
-    plan: Plan, losses: Mapping[str, Any] | None = None, *, allow_rederivation: bool = True
+    plan: Plan,
+    losses: Mapping[str, Any] | None = None,
+    *,
+    allow_rederivation: bool = True,
+    sources: Mapping[str, Path] | None = None,
 ) -> PhaseResult:
     """The run's correctness preflight: `run_preflight` on the plan and the loss objects the
     arms train (`losses`), its report as the artifact, one `Check` per compared quantity.
 
     Pinned sources are fetched; where they cannot be had (offline, no cache) the run goes on
     with the labelled re-derivation (`allow_rederivation`), which the report's `provenance`
-    states ("pinned source NOT executed"); `losslab preflight` is the strict check. A plan with
+    states ("pinned source NOT executed"); `sources` ({"owner/repo": checkout}, `losslab run
+    --source`) executes a pinned commit from a local checkout instead; `losslab preflight` is
+    the strict check. A plan with
     `correctness_preflight.required: false` records failures without stopping the run.
     """
     cp = plan.correctness_preflight
     if cp is None or not cp.paths:
         return PhaseResult.not_applicable(NOT_APPLICABLE)
-    report = run_preflight(plan, losses=losses, allow_rederivation=allow_rederivation)
+    report = run_preflight(
+        plan, sources=sources, losses=losses, allow_rederivation=allow_rederivation
+    )
     return PhaseResult(report, checks=preflight_checks(report), required=cp.required)
 
 

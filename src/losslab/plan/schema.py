@@ -356,6 +356,10 @@ class EngineSettings(PlanModel):
     backend: str | None = None
     """Backend hint (a `losslab.backends.BACKENDS` name, checked when a run starts); `None`
     lets the command line choose. Not a switch between arms."""
+    price_table: str | None = None
+    """A JSON price table (the form of `losslab/stats/tinker_prices.json`: date, source, USD per
+    million prefill / sample / train tokens by model) for the Tinker cost; `None` uses the
+    bundled, dated one. `plan show --prices` overrides both."""
     local_base_model: str | None = None
     """Model a backend that embeds its model (`Backend.executes_local_base_model`, e.g. the local
     CPU backend) runs instead of `base_model`, e.g. a small GGUF/HF model; the gate's

@@ -224,8 +224,9 @@ class RehearsalComponents(DefaultComponents):
         data: Path | None = None,
         scale: RehearsalScale | None = None,
         model_cache: Path | None = None,
+        sources: dict[str, Path] | None = None,
     ) -> None:
-        super().__init__(plan_file, "local", data)  # the rehearsal always runs locally
+        super().__init__(plan_file, "local", data, sources)  # a rehearsal always runs locally
         self.requested_backend = backend
         self.scale = scale or RehearsalScale()
         self.full_plan = self.plan

@@ -19,20 +19,15 @@ from losslab.engine import ArmConfig, ArmLoop, NonFiniteError, side_losses_for
 from losslab.losses import as_tinker_loss_fn
 from losslab.runner.errors import BackendUnavailable, RunError
 from losslab.runner.protocols import Schedule
+from losslab.stats.feasibility import training_units
 
 
 def seed_schedule(plan: Any) -> Schedule:
     """The plan's schedule. One seed: the plan's arms. Several (decision_rule.seeds): one pair
     per seed, seed-major; a plan arm keeps its name at its own seed and is `<arm>.seed<s>` at
     every other seed."""
-    seeds = list(dict.fromkeys(plan.decision_rule.seeds))
-    units = {a.name: (a.name, a.seed) for a in plan.arms}
-    if len(seeds) > 1:
-        units = {
-            (a.name if s == a.seed else f"{a.name}.seed{s}"): (a.name, s)
-            for s in seeds
-            for a in plan.arms
-        }
+    # the same units the feasibility projection counts (stats.feasibility.training_units)
+    units = {unit: (arm, seed) for unit, arm, seed in training_units(plan)}
     return Schedule(
         arms=tuple(units),
         treatment=plan.arm_roles()["treatment"],

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from losslab.runner.phases import (
     arms,
+    audit,
     decision,
     evaluation,
     feasibility,
@@ -33,6 +34,7 @@ PHASES: tuple[Phase, ...] = check_table(
         Phase("gate", gate.run, needs=("pilot",), artifact="pilot/gate.json"),
         Phase("arms", arms.run, needs=("pilot",)),
         Phase("evaluation", evaluation.run, needs=("arms",), outputs=evaluation.outputs),
+        Phase("audit", audit.run, needs=("evaluation",), artifact="generation_audit.json"),
         Phase("decision", decision.run, needs=("evaluation",), artifact="verdict.json"),
     )
 )
