@@ -126,14 +126,18 @@ def ppo_clip_loss(eps: float = 0.2):
     branch is taken (r outside the band in the direction A pushes)."""
 
     def loss_fn(data, logprobs_list):
-        total, clipped, n = 0.0, 0, 0
+        total, clipped, n, n_nonzero = 0.0, 0, 0, 0
         for lp, q, a, m in _token_tensors(data, logprobs_list):
             r = torch.exp(lp - q)
             unclipped, clip = r * a, torch.clamp(r, 1 - eps, 1 + eps) * a
             total = total - (torch.minimum(unclipped, clip) * m).sum()
-            clipped += int(((clip < unclipped) & m).sum())
+            clipped += int(((clip < unclipped) & m).sum())  # never an A = 0 token
             n += int(m.sum())
-        return total, {"loss/clip_fraction": clipped / n}
+            n_nonzero += int((m & (a != 0)).sum())
+        return total, {
+            "loss/clip_fraction": clipped / n,
+            "loss/clip_fraction_nonzero_adv": clipped / n_nonzero if n_nonzero else 0.0,
+        }
 
     return loss_fn
 
