@@ -2,9 +2,9 @@
 
 FakeSamplingClient answers group j of every request with `completions[j % len(completions)]`
 (text + `<|im_end|>`), each token with sampler log-prob `SAMPLER_LP`. FakeTrainingClient returns,
-in `forward_backward_custom`, current log-probs `sampler + shift * k` on every position, where k
-is the number of optim steps since the last sampler snapshot and `shift` is `shifts[snapshot]`:
-so drift at each minibatch update is known by hand.
+in `forward_backward_custom`, current log-probs `sampler + mismatch + shift * k` on every
+position, where k is the number of optim steps since the last sampler snapshot and `shift` is
+`shifts[snapshot]`: so mismatch and drift at each minibatch update are known by hand.
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ class FakeTrainingClient:
     snapshots: int = 0
     since_snapshot: int = 0
     nan_at_call: int | None = None
+    mismatch: float = 0.0  # trainer minus sampler log-prob before any optim step
 
     def __post_init__(self) -> None:
         self.tokenizer = make_tiny_tokenizer()
@@ -97,7 +98,7 @@ class FakeTrainingClient:
         logprobs_list = []
         for datum in data:
             q = datum.loss_fn_inputs["logprobs"].to_torch().float()
-            lp = (q + shift).clone()
+            lp = (q + self.mismatch + shift).clone()
             if self.nan_at_call is not None and len(self.fb_sizes) == self.nan_at_call:
                 lp = lp * float("nan")
             logprobs_list.append(lp.requires_grad_(True))

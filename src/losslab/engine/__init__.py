@@ -17,7 +17,14 @@ from losslab.engine.evaluate import (
     rows_accuracy,
     save_eval,
 )
-from losslab.engine.pilot import GateSource, pilot_metrics, side_losses_for
+from losslab.engine.pilot import (
+    ALIGNMENT_ABS_TOL,
+    GateSource,
+    alignment_check,
+    pilot_diagnostics,
+    pilot_metrics,
+    side_losses_for,
+)
 from losslab.engine.rl import (
     GRAD_NORM,
     TRAINED_LOSS,
@@ -25,6 +32,7 @@ from losslab.engine.rl import (
     ArmLoop,
     NonFiniteError,
     assemble_datums,
+    group_diversity,
     policy_stats,
     renderer_for,
     resolve,
@@ -38,6 +46,7 @@ from losslab.engine.rl import (
 from losslab.losses.tinker_adapter import CustomLossFn
 
 __all__ = [
+    "ALIGNMENT_ABS_TOL",
     "GRAD_NORM",
     "TRAINED_LOSS",
     "ArmConfig",
@@ -48,12 +57,15 @@ __all__ = [
     "NonFiniteError",
     "Rollout",
     "accuracy",
+    "alignment_check",
     "assemble_datums",
     "build_datum",
     "evaluate",
     "evaluation_result",
     "group_advantages",
+    "group_diversity",
     "load_eval",
+    "pilot_diagnostics",
     "pilot_metrics",
     "policy_stats",
     "renderer_for",
