@@ -213,6 +213,11 @@ def alignment_check(mismatch: Mapping[str, Any]) -> Check:
         "the sampler's log-probs match the trainer's better one position out of step: an "
         "off-by-one between sampled and trained positions"
     )
+    if aligned <= nearest * (1 + 1e-9):
+        note = (
+            "the gap is as large one position out of step (log-probs constant along the "
+            "sequence?): the alignment cannot be confirmed"
+        )
     return Check("sampler_trainer_alignment", aligned, bound, False, note)
 
 

@@ -24,6 +24,7 @@ from losslab.report import plots
 from losslab.report.audit import grader_audit, power_facts
 from losslab.report.html import render_html
 from losslab.report.items import base_model_facts, flipped_items
+from losslab.report.pilot import pilot_diagnostics_facts
 from losslab.report.preflight import preflight_summary
 
 REPORT_FORMAT = 1
@@ -201,6 +202,7 @@ def collect(run_dir: Path) -> dict[str, Any]:
         "preflight_summary": preflight_summary(preflight),
         "restoration": _read_json(run_dir / "restoration.json"),
         "gate": _read_json(run_dir / "pilot" / "gate.json"),
+        "pilot_diagnostics": pilot_diagnostics_facts(run_dir),
         "executed_config": _read_json(run_dir / "executed_config.json"),
         "feasibility": {
             "artifact": feasibility,
