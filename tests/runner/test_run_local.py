@@ -132,6 +132,13 @@ def test_pilot_diagnostics_of_the_reference_run(tiny: dict[str, Path]) -> None:
     assert [c["check"] for c in pilot["checks"]] == ["sampler_trainer_alignment"]
     html = (run / "report.html").read_text(encoding="utf-8")
     assert 'id="pilot-mismatch-vs-drift"' in html and 'id="pilot-groups"' in html
+    # the gate's artifact names, beside each per-update gate metric, what made it act
+    gate = json.loads((run / "pilot" / "gate.json").read_text())
+    rows = {r["metric"]: r for r in diag["trust_region"]}
+    assert gate["mismatch_vs_drift"]["dppo_masked_token_fraction"] == {
+        k: rows["dppo_masked_token_fraction"][k]
+        for k in ("mismatch_only", "mismatch_and_drift", "acted_because")
+    }
 
 
 def test_sigkill_at_several_points_then_resume_is_identical(

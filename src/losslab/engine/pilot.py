@@ -29,6 +29,7 @@ __all__ = [
     "ALIGNMENT_ABS_TOL",
     "GateSource",
     "alignment_check",
+    "mismatch_vs_drift",
     "pilot_diagnostics",
     "pilot_metrics",
     "side_losses_for",
@@ -246,9 +247,11 @@ class _Source:
         self.reduce = "mean"
 
 
-def _trust_region(
+def mismatch_vs_drift(
     step_metrics: Sequence[Mapping[str, Any]], table: Mapping[str, GateSource], update: int
 ) -> list[dict[str, Any]]:
+    """One row per trust-region metric (`_trust_region_sources`) logged in the rows: its mean at
+    update 1 (mismatch only) and at `update` (mismatch + drift), and which made it act."""
     out = []
     for name, source in _trust_region_sources(table):
         first_key = _source_key(source, 1)
@@ -347,7 +350,7 @@ def pilot_diagnostics(
         raise ValueError(f"update is 1-based, got {update}")
     return {
         "mismatch": _mismatch(step_metrics),
-        "trust_region": _trust_region(step_metrics, table, update),
+        "trust_region": mismatch_vs_drift(step_metrics, table, update),
         "groups": _groups(step_metrics, group_size),
         "grad_norm": _grad_norms(step_metrics, update),
         "seeds": _seeds(step_metrics),

@@ -7,6 +7,7 @@ the effective group size, the seed each component used, the policy-gradient grad
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -17,6 +18,7 @@ from losslab.runner.protocols import ArmTrainer, PhaseContext, Schedule
 from losslab.runner.rundir import write_json_artifact
 
 DIAGNOSTICS = "pilot/diagnostics.json"
+_UPDATE_KEY = re.compile(r"^update(\d+)/")
 
 
 def outputs(schedule: Schedule) -> Sequence[str]:
@@ -74,7 +76,8 @@ def _diagnostics(ctx: PhaseContext, rows: list[dict[str, Any]]) -> dict[str, Any
 
 
 def _last_update(row: dict[str, Any]) -> int:
-    updates = [int(k.split("/")[0][6:]) for k in row if k.startswith("update") and "/" in k]
+    """The highest `update{u}/` prefix in a metrics row (1 when there is none)."""
+    updates = [int(m.group(1)) for k in row if (m := _UPDATE_KEY.match(k))]
     return max(updates, default=1)
 
 
