@@ -253,7 +253,9 @@ def test_pilot_metrics_on_hand_built_case(tmp_path):
     Every sampled token has log q = -1. At update 2 the fake trainer's log-prob is
     -1 + s (one optim step since the snapshot), with s = 0.05 at step 0 and 0.3 at step 1.
     Each group has rewards [1, 0, 1, 0] -> A = [+.5, -.5, +.5, -.5]; every completion has 2
-    tokens, so half of the loss tokens have A > 0.
+    tokens, so half of the loss tokens have A > 0. No token has A = 0, so the gate fractions'
+    A != 0 denominator is every loss token here (A = 0 tokens: the test
+    test_grpo_clip_fraction_leaves_zero_advantage_tokens_out).
       step 0: |dp| = e^-0.95 - e^-1 = 0.0188616 < 0.1 -> mask 0; r = e^0.05 = 1.051 -> clip 0
       step 1: |dp| = e^-0.7 - e^-1 = 0.1287059 > 0.1 -> A>0 tokens masked: 0.5;
               r = e^0.3 = 1.3499 > 1.2 -> A>0 tokens clipped: 0.5
