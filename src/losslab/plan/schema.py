@@ -88,8 +88,11 @@ GATE_METRICS: dict[str, GateMetric] = {
     ),
     "grpo_clip_fraction": GateMetric(
         "fraction",
-        "share of loss tokens the baseline ratio clip zeroed, on the same pilot batches",
-        logged_key="loss/clip_fraction",
+        "share of the loss tokens with A != 0 that the baseline ratio clip zeroed (its "
+        "loss/clip_fraction_nonzero_adv, the DPPO mask fraction's denominator and Stable-RL's "
+        "pg_clipfrac: A = 0 tokens are never clipped and carry no gradient), on the same pilot "
+        "batches at the last minibatch update, mean over pilot steps",
+        logged_key="loss/clip_fraction_nonzero_adv",
         side_loss="baseline",
         logged_by="loss",
     ),

@@ -25,6 +25,7 @@ from losslab.report.audit import grader_audit, power_facts
 from losslab.report.html import render_html
 from losslab.report.items import base_model_facts, flipped_items
 from losslab.report.not_done import not_done
+from losslab.report.pilot import pilot_diagnostics_facts
 from losslab.report.preflight import preflight_summary
 
 REPORT_FORMAT = 1
@@ -204,6 +205,7 @@ def collect(run_dir: Path) -> dict[str, Any]:
         "preflight_summary": preflight_summary(preflight),
         "restoration": _read_json(run_dir / "restoration.json"),
         "gate": _read_json(run_dir / "pilot" / "gate.json"),
+        "pilot_diagnostics": pilot_diagnostics_facts(run_dir),
         "executed_config": _read_json(run_dir / "executed_config.json"),
         "feasibility": {
             "artifact": feasibility,

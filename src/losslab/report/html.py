@@ -11,6 +11,8 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from losslab.report.pilot import pilot_section
+
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1100px;margin:2em auto;
 padding:0 1em;color:#222;line-height:1.45}
@@ -634,6 +636,8 @@ def render_html(facts: dict[str, Any], images: dict[str, tuple[str, str]]) -> st
     s.append('<section id="gate"><h2>Activation gate (pilot: measured vs bounds)</h2>')
     s.append(f'<p class="muted">{escape(facts["pilot"]["note"])}</p>')
     s.append(_checks_table(facts.get("gate"), "The activation gate") + "</section>")
+    s.append('<section id="pilot-diagnostics"><h2>Pilot diagnostics: mismatch vs drift</h2>')
+    s.append(pilot_section(facts.get("pilot_diagnostics")) + "</section>")
 
     s.append('<section id="executed-config"><h2>Executed configuration vs plan</h2>')
     ex = facts.get("executed_config")

@@ -7,6 +7,8 @@ Layout (every path is relative to the run directory):
     preflight.json                correctness preflight (losses vs pinned references)
     restoration.json              restoration preflight (both arms start from the same state)
     pilot/gate.json               activation gate: measured pilot metrics vs the plan's bounds
+    pilot/diagnostics.json        pilot diagnostics: sampler/trainer gap and alignment, mismatch
+                                  vs drift, effective group size, seeds (`runner.phases.pilot`)
     feasibility.json              projected cost of the full run from measured pilot timings
     executed_config.json          the configuration the backend actually ran, compared with the plan
     arms/<arm>/metrics.jsonl      one row per RL step

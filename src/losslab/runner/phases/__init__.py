@@ -29,7 +29,7 @@ PHASES: tuple[Phase, ...] = check_table(
     (
         Phase("preflight", preflight.run, artifact="preflight.json"),
         Phase("restoration", restoration.run, artifact="restoration.json"),
-        Phase("pilot", pilot.run),
+        Phase("pilot", pilot.run, outputs=pilot.outputs),
         Phase("feasibility", feasibility.run, needs=("pilot",), artifact="feasibility.json"),
         Phase("gate", gate.run, needs=("pilot",), artifact="pilot/gate.json"),
         Phase("arms", arms.run, needs=("pilot",)),
