@@ -214,6 +214,13 @@ def test_tis_token_truncate(make_batch):
     )
     assert out.metrics["rollout_correction/affected_fraction"] == pytest.approx(1 / 5)
     assert out.metrics["rollout_correction/weight_mean"] == pytest.approx(sum(w) / 5)
+    # slime's two-sided truncation clip(w, 0.8, 1.5) lifts 0.6703 to 0.8 as well
+    both, both_grads = _run(make_batch, "rollout_correction", cap=1.5, lower=0.8)
+    w2 = [min(max(r, 0.8), 1.5) for r in _flat(R)]
+    assert _flat(both_grads)[:5] == pytest.approx(
+        [-x * y / 5 for x, y in zip(w2, a, strict=True)], abs=1e-12
+    )
+    assert both.metrics["rollout_correction/affected_fraction"] == pytest.approx(2 / 5)
     logprob, logprob_grads = _run(make_batch, "rollout_correction", cap=1.5, surrogate="logprob")
     assert _flat(logprob_grads) == pytest.approx(
         _flat(grads), abs=1e-12
@@ -303,7 +310,6 @@ def test_recomputed_anchor_needs_old_logprobs(make_batch):
     ("name", "params", "message"),
     [
         ("icepop", {"clip_low_threshold": 0.8}, "need anchor='recomputed'"),
-        ("rollout_correction", {"lower": 0.5}, "lower=0.5 is read only with mode='mask'"),
         ("icepop", {"low": 6.0}, "low=6.0 must be <= high=5.0"),
         (
             "rollout_correction",

@@ -33,9 +33,10 @@ CASES = [
     ("icepop(low=0.2, high=5.0)", None),
     ("icepop(low=-1)", "icepop: low=-1: expected a value >= 0"),
     ("rollout_correction(level=sequence, mode=mask, lower=0.5, cap=2.0)", None),
+    ("rollout_correction(mode=truncate, lower=0.5, cap=2.0)", None),
     (
-        "rollout_correction(mode=truncate, lower=0.5)",
-        "rollout_correction: lower=0.5 is read only with mode='mask' (MIS), not 'truncate'",
+        "rollout_correction(lower=3.0, cap=2.0)",
+        "rollout_correction: lower=3.0 must be <= cap=2.0",
     ),
 ]
 

@@ -436,12 +436,6 @@ def _logprob_value_needs_sampler(params: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _truncate_has_no_lower(params: Mapping[str, Any]) -> str | None:
-    if params["mode"] == "truncate" and params["lower"] != 0:
-        return f"lower={params['lower']} is read only with mode='mask' (MIS), not 'truncate'"
-    return None
-
-
 _CORRECTION_PARAMS: dict[str, Domain] = {
     # "sampler": the weight is π_θ/π_s itself (bypass: no separate old policy); "recomputed":
     # the weight is π_o/π_s and a PPO ratio π_θ/π_o is clipped (decoupled PPO)
@@ -556,7 +550,6 @@ ROLLOUT_CORRECTION = declare(
     rules=(
         ordered("lower", "cap"),
         _ORDERED_BOUNDS,
-        _truncate_has_no_lower,
         _sampler_pair_has_no_ppo_clip,
         _logprob_value_needs_sampler,
     ),

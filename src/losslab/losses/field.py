@@ -323,7 +323,7 @@ def correction_weights(
     The raw log-weight is log w = ℓ_a − ℓ_s with ℓ_a = sg(ℓ) (anchor "sampler": current vs
     rollout) or ℓ_o ("recomputed": trainer old vs rollout), per token, or summed over the
     datum's loss tokens (level "sequence": the product of the token ratios). "truncate" (TIS):
-    w = min(w, cap), every token kept; "mask" (MIS, IcePop): w kept where lower ≤ w ≤ cap,
+    w = clip(w, lower, cap) (slime's `tis_clip_low`; lower 0 = one-sided), every token kept; "mask" (MIS, IcePop): w kept where lower ≤ w ≤ cap,
     else w = 0 and the token dropped. Computed in log space, so a sequence weight never
     overflows.
     """
@@ -334,10 +334,11 @@ def correction_weights(
     if level == "sequence":
         log_w_T = sequence_sum(t, log_w_T)[t.seq_T]
     log_cap = math.log(cap)
-    if mode == "truncate":
-        weight_T = torch.exp(log_w_T.clamp(max=log_cap))
-        return weight_T, torch.ones_like(t.loss_T), (log_w_T > log_cap) & t.loss_T
     log_lower = math.log(lower) if lower > 0 else -math.inf
+    if mode == "truncate":
+        weight_T = torch.exp(log_w_T.clamp(min=log_lower, max=log_cap))
+        affected_T = ((log_w_T > log_cap) | (log_w_T < log_lower)) & t.loss_T
+        return weight_T, torch.ones_like(t.loss_T), affected_T
     inside_T = (log_w_T >= log_lower) & (log_w_T <= log_cap)
     weight_T = torch.where(inside_T, torch.exp(torch.where(inside_T, log_w_T, 0.0)), 0.0)
     return weight_T, inside_T | ~t.loss_T, ~inside_T & t.loss_T
