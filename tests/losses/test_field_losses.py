@@ -329,3 +329,106 @@ def test_masked_huge_log_ratio_never_leaks(make_batch):
         out, grads = _run(make_batch, name, **({"level": "sequence"} if name != "gspo" else {}))
         assert math.isfinite(out.loss.item())
         assert grads[1][2] == 0.0
+
+
+# --- SAPO, GMPO ---
+
+
+def _sigmoid(x: float) -> float:
+    return 1 / (1 + math.exp(-x))
+
+
+def test_sapo_soft_gate(make_batch):
+    # τ = 1 for A > 0 (datum 0), 1.05 for A < 0 (datum 1). Per token -(4/τ)·σ(τ(r-1))·A,
+    # seq-mean-token-mean: (1/2)·[(1/3)·Σ_0 + (1/2)·Σ_1]; gradient -A·4σ(1-σ)·r/(G·n_d).
+    out, grads = _run(make_batch, "sapo")
+    value, expected, weights = 0.0, [], []
+    for r, a, tau, n in zip(
+        _flat(R), [1, 1, 1, -2, -2], [1, 1, 1, 1.05, 1.05], [3, 3, 3, 2, 2], strict=True
+    ):
+        sig = _sigmoid(tau * (r - 1))
+        value += -(4 / tau) * sig * a / (2 * n)
+        expected.append(-a * 4 * sig * (1 - sig) * r / (2 * n))
+        weights.append(4 * sig * (1 - sig))
+    assert out.loss.item() == pytest.approx(value, abs=1e-12)
+    assert _flat(grads)[:5] == pytest.approx(expected, abs=1e-12)
+    assert out.metrics["sapo/gate_weight_mean"] == pytest.approx(sum(weights) / 5, abs=1e-12)
+    assert all(k.all() for k in out.kept_D)
+
+
+def test_gmpo_geometric_mean_clipped_in_log_space(make_batch):
+    # log bounds ±0.45. Datum 0 (A > 0): Δ̃ = (0.2, -0.4, min(0.5, 0.45) = 0.45), g_0 =
+    # e^{0.25/3}; datum 1 (A < 0): Δ̃ = max(Δ, clip Δ) = (0.1, 0.3), g_1 = e^0.2.
+    # L = (1/2)·(-1·g_0 + 2·g_1); dL/dℓ_t = -Ā·g_d/(G·n_d) on unclipped tokens, 0 on the clipped.
+    out, grads = _run(make_batch, "gmpo", log_ratio_low=0.45, log_ratio_high=0.45)
+    g0, g1 = E(0.25 / 3), E(0.2)
+    assert out.loss.item() == pytest.approx(0.5 * (-g0 + 2 * g1), abs=1e-12)
+    assert grads[0] == pytest.approx([-g0 / 6, -g0 / 6, 0.0], abs=1e-12)
+    assert grads[1] == pytest.approx([g1 / 2, g1 / 2, 0.0], abs=1e-12)
+    assert out.kept_D[0].tolist() == [True, True, False]
+    assert out.metrics["gmpo/seq_ratio_mean"] == pytest.approx((g0 + g1) / 2, abs=1e-12)
+
+
+# --- Clip-Cov, KL-Cov, M2PO (batch-scoped) ---
+
+# cov = (A - Ā)(ℓ - ℓ̄) over the 5 loss tokens: Ā = -0.2, ℓ = (-0.8, -2.4, 0.0 | -0.2, -1.2),
+# ℓ̄ = -0.92: cov = (0.144, -1.776, 1.104 | -1.296, 0.504).
+
+
+def test_kl_cov_penalises_the_top_covariance_tokens(make_batch):
+    # ratio 0.4: k = ⌊5·0.4⌋ = 2 -> cov 1.104 (datum 0 token 2) and 0.504 (datum 1 token 1)
+    # get + |Δ| (0.5 and 0.3). Token-mean; gradient (-A·r + sign(Δ)·selected)/5.
+    out, grads = _run(make_batch, "kl_cov", kl_cov_ratio=0.4)
+    a = [1.0, 1.0, 1.0, -2.0, -2.0]
+    base = [-x * y for x, y in zip(a, _flat(R), strict=True)]
+    assert out.loss.item() == pytest.approx((sum(base) + 0.5 + 0.3) / 5, abs=1e-12)
+    expected = [b / 5 for b in base]
+    expected[2] += 1 / 5
+    expected[4] += 1 / 5
+    assert _flat(grads)[:5] == pytest.approx(expected, abs=1e-12)
+    assert out.metrics["kl_cov/selected_fraction"] == pytest.approx(2 / 5)
+    none, _ = _run(make_batch, "kl_cov", kl_cov_ratio=0.0)
+    assert none.loss.item() == pytest.approx(sum(base) / 5, abs=1e-12)
+
+
+def test_clip_cov_zeroes_a_candidate_the_ppo_clip_left(make_batch):
+    # bounds 0.8/1.2 clip datum 0's tokens 0 and 2; of the rest only datum 1 token 1 has cov in
+    # (0.4, 5): it is the one candidate and k = max(1, ⌊5·0.2⌋) = 1, so it is zeroed.
+    out, grads = _run(make_batch, "clip_cov", clip_cov_ratio=0.2, clip_cov_lb=0.4)
+    assert out.loss.item() == pytest.approx(sum(PPO_VALUES[:4]) / 5, abs=1e-12)
+    assert _flat(grads)[:5] == pytest.approx([g / 5 for g in PPO_GRADS[:4] + [0.0]], abs=1e-12)
+    assert out.kept_D[1].tolist() == [True, False, True]
+    assert out.metrics["clip_cov/selected_fraction"] == pytest.approx(1 / 5)
+    # lb = -2: three candidates (-1.776, -1.296, 0.504), k = ⌊5·0.4⌋ = 2 drawn by the seed
+    draws = [
+        _run(make_batch, "clip_cov", clip_cov_ratio=0.4, clip_cov_lb=-2.0, seed=s)[0]
+        for s in (3, 3)
+    ]
+    assert draws[0].metrics["clip_cov/selected_fraction"] == pytest.approx(2 / 5)
+    assert [k.tolist() for k in draws[0].kept_D] == [k.tolist() for k in draws[1].kept_D]
+
+
+def test_m2po_masks_until_the_second_moment_fits(make_batch):
+    # (log r)² = (0.04, 0.16, 0.25 | 0.01, 0.09), M2 = 0.11. Dropping the largest: 0.075,
+    # 0.0467, then 0.025 <= 0.04 after three (Δ = 0.5, -0.4, 0.3). Kept: datum 0 token 0 and
+    # datum 1 token 0: L = (-e^0.2 + 2·e^0.1)/5, gradient -A·r/5 there.
+    out, grads = _run(make_batch, "m2po")
+    assert out.loss.item() == pytest.approx((-E(0.2) + 2 * E(0.1)) / 5, abs=1e-12)
+    assert _flat(grads)[:5] == pytest.approx([-E(0.2) / 5, 0, 0, 2 * E(0.1) / 5, 0], abs=1e-12)
+    assert out.metrics["m2po/second_moment"] == pytest.approx(0.11, abs=1e-12)
+    assert out.metrics["m2po/masked_fraction"] == pytest.approx(3 / 5)
+    loose, _ = _run(make_batch, "m2po", tau=0.2)  # M2 = 0.11 <= 0.2: nothing masked
+    assert loose.metrics["m2po/masked_fraction"] == 0.0
+
+
+@pytest.mark.parametrize("name", ["m2po", "kl_cov", "clip_cov"])
+def test_batch_scoped_losses_refuse_a_part_of_a_batch(make_batch, name):
+    assert LOSSES[name].batch_scope == "batch"
+    _, batch = _batch(make_batch)
+    loss = get_loss(name)
+    assert math.isfinite(loss(batch, num_tokens=5, num_sequences=2).loss.item())  # its own counts
+    with pytest.raises(ValueError, match=f"loss '{name}' is batch-scoped .* num_tokens=10 says"):
+        loss(batch, num_tokens=10)
+    with pytest.raises(ValueError, match="num_sequences=4 says this batch of 2"):
+        loss(batch, num_sequences=4)
+    assert LOSSES["gspo"].batch_scope == "token"

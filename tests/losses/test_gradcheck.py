@@ -66,6 +66,13 @@ PARAMS = [
     ("icepop", {"anchor": "recomputed", "clip_low_threshold": 0.8, "clip_high_threshold": 1.2}),
     ("rollout_correction", {"cap": 10.0}),
     ("rollout_correction", {"mode": "mask", "lower": 0.6, "cap": 1.5}),
+    ("sapo", {}),
+    ("gmpo", {"log_ratio_low": 0.5, "log_ratio_high": 0.5}),  # |Δ| 0.4 sits on the default
+    # the batch-scoped selections are piecewise constant: no covariance within 1e-3 of a tie,
+    # of the Clip-Cov bounds, and the M2PO mask's remaining second moment is 0.030 (τ 0.04)
+    ("kl_cov", {"kl_cov_ratio": 0.25}),
+    ("clip_cov", {"clip_cov_ratio": 0.25, "clip_cov_lb": -5.0}),
+    ("m2po", {}),
 ]
 
 

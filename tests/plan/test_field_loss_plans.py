@@ -40,6 +40,18 @@ CASES = [
     ),
 ]
 
+CASES += [
+    ("sapo(tau_pos=1.0, tau_neg=1.05)", None),
+    ("sapo(tau_neg=0)", "sapo: tau_neg=0: expected a value > 0"),
+    ("gmpo(log_ratio_low=0.4, log_ratio_high=0.4)", None),
+    ("kl_cov(kl_cov_ratio=0.002, kl_coef=1.0)", None),
+    ("kl_cov(kl_cov_ratio=2)", "kl_cov: kl_cov_ratio=2: expected a value <= 1"),
+    ("clip_cov(clip_cov_lb=1.0, clip_cov_ub=5.0)", None),
+    ("clip_cov(clip_cov_lb=6.0)", "clip_cov: clip_cov_lb=6.0 must be <= clip_cov_ub=5.0"),
+    ("m2po(tau=0.04)", None),
+    ("m2po(tau=0)", "m2po: tau=0: expected a value > 0"),
+]
+
 _PROBE = """
 import json, sys
 from losslab.plan import check_plan_data

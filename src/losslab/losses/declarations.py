@@ -555,3 +555,58 @@ ROLLOUT_CORRECTION = declare(
     ),
     reduction="token-mean",
 )
+
+SAPO = declare(
+    "sapo",
+    f"{_FIELD}:sapo",
+    params={"tau_pos": Number(1.0, above=0.0), "tau_neg": Number(1.05, above=0.0)},
+    extra_metrics=("sapo/gate_weight_mean",),
+    reduction="seq-mean-token-mean",
+)
+
+GMPO = declare(
+    "gmpo",
+    f"{_FIELD}:gmpo",
+    params={
+        "log_ratio_low": Number(0.4, min=0.0),
+        "log_ratio_high": Number(0.4, min=0.0),
+        "zero_adv": _ZERO_ADV,
+    },
+    extra_metrics=("gmpo/seq_ratio_mean",),
+    reduction="seq-mean-token-sum",
+)
+
+KL_COV = declare(
+    "kl_cov",
+    f"{_FIELD}:kl_cov",
+    params={"kl_cov_ratio": Number(2e-4, min=0.0, max=1.0), "kl_coef": Number(1.0, min=0.0)},
+    extra_metrics=("kl_cov/selected_fraction",),
+    reduction="token-mean",
+    batch_scope="batch",
+)
+
+CLIP_COV = declare(
+    "clip_cov",
+    f"{_FIELD}:clip_cov",
+    params={
+        **_PPO_BOUNDS,
+        "clip_cov_ratio": Number(2e-4, min=0.0, max=1.0),
+        "clip_cov_lb": Number(1.0),
+        "clip_cov_ub": Number(5.0),
+        "seed": Number(0.0, min=0.0),
+        "zero_adv": _ZERO_ADV,
+    },
+    extra_metrics=("clip_cov/selected_fraction",),
+    rules=(_ORDERED_BOUNDS, ordered("clip_cov_lb", "clip_cov_ub")),
+    reduction="token-mean",
+    batch_scope="batch",
+)
+
+M2PO = declare(
+    "m2po",
+    f"{_FIELD}:m2po",
+    params={"tau": Number(0.04, above=0.0)},
+    extra_metrics=("m2po/second_moment", "m2po/masked_fraction"),
+    reduction="token-mean",
+    batch_scope="batch",
+)

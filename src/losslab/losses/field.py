@@ -456,3 +456,184 @@ def icepop(
     )
     extra = {"icepop/mask_fraction": _share(t, masked_T)}
     return TokenLoss(t, loss_T, keep_T, t.sampler_logprobs_T, extra)
+
+
+# ---------------------------------------------------------------------------------------------
+# Soft and geometric trust regions: SAPO, GMPO.
+# ---------------------------------------------------------------------------------------------
+
+
+@loss_function(declared.SAPO)
+def sapo(batch: TokenData, *, tau_pos: float, tau_neg: float) -> TokenLoss:
+    """SAPO, soft adaptive policy optimisation (Gao et al. 2025, Qwen, arXiv 2511.20347; verl
+    `sapo`, TRL `sapo`): the hard clip becomes a soft gate,
+        L_t = −(4/τ)·σ(τ(r − 1))·A·m,   τ = τ_pos if A > 0 else τ_neg,
+    whose gradient −A·w·r with w = 4σ(1 − σ) is 1 at r = 1 and decays smoothly off-policy
+    (`sapo/gate_weight_mean` is the mean w). No token is dropped (`kept_D` all True). Default
+    reduction seq-mean-token-mean as verl (TRL and Liger's "GRPO-style" normaliser is the same
+    mean of per-sequence means).
+    """
+    t = pack(batch)
+    ratio_T, a_T = sampler_ratio(t.logprobs_T, t.sampler_logprobs_T), t.advantages_T
+    # full_like keeps the batch's dtype (torch.where of two Python floats is float32)
+    tau_T = torch.where(a_T > 0, torch.full_like(a_T, tau_pos), torch.full_like(a_T, tau_neg))
+    sigma_T = torch.sigmoid(tau_T * (ratio_T - 1))
+    loss_T = -(4 / tau_T) * sigma_T * a_T * t.mask_T
+    weight_T = (4 * sigma_T * (1 - sigma_T)).detach()
+    n = int(t.loss_T.sum())
+    extra = {"sapo/gate_weight_mean": float(weight_T[t.loss_T].double().mean()) if n else 0.0}
+    return TokenLoss(t, loss_T, torch.ones_like(t.loss_T), t.sampler_logprobs_T, extra)
+
+
+@loss_function(declared.GMPO)
+def gmpo(
+    batch: TokenData, *, log_ratio_low: float, log_ratio_high: float, zero_adv: ZeroAdvantage
+) -> TokenLoss:
+    """GMPO, geometric-mean policy optimisation (Zhao et al. 2025, arXiv 2507.20673; reference
+    callsys/GMPO, verl `geo_mean`): the sequence objective is the GEOMETRIC mean of its token
+    ratios, each clipped in log space against the advantage's sign,
+        Δ̃_t = sgn(A)·min(sgn(A)·Δ_t, sgn(A)·clip(Δ_t, −lo, hi)),   Δ = ℓ − ℓ_s
+        L_d = −Ā_d·exp(mean_t Δ̃_t)     (Ā_d the mean advantage over d's loss tokens)
+    reduced as the mean over sequences (L_d/n_d on each loss token, seq-mean-token-sum). A
+    token whose log-ratio is clipped has no gradient (`kept_D = False`). The paper's ε = 0.4
+    bounds the LOG ratio (ratios in [e^−0.4, e^0.4]), not r.
+    """
+    t = pack(batch)
+    a_T = t.advantages_T
+    log_ratio_T = t.logprobs_T - t.sampler_logprobs_T
+    sign_T = torch.sign(a_T)
+    clipped_T = log_ratio_T.clamp(-log_ratio_low, log_ratio_high)
+    chosen_T = sign_T * torch.minimum(sign_T * log_ratio_T, sign_T * clipped_T)
+    g_D = exp_capped(sequence_mean(t, chosen_T))
+    n_D = loss_counts_D(t).clamp_min(1)
+    loss_D = -sequence_mean(t, a_T) * g_D
+    loss_T = torch.where(t.loss_T, (loss_D / n_D)[t.seq_T], torch.zeros_like(log_ratio_T))
+    keep_T = trust_region(
+        a_T,
+        t.loss_T,
+        leaves_up_T=log_ratio_T.detach() > log_ratio_high,
+        leaves_down_T=log_ratio_T.detach() < -log_ratio_low,
+        zero_adv=zero_adv,
+    )
+    metrics = {"gmpo/seq_ratio_mean": _sequence_share_mean(t, g_D)}
+    return TokenLoss(t, loss_T, keep_T, t.sampler_logprobs_T, metrics)
+
+
+# ---------------------------------------------------------------------------------------------
+# Batch-scoped masks: Clip-Cov, KL-Cov (entropy mechanism), M2PO. Each selects tokens by a
+# statistic over the whole batch it is given (declared batch_scope="batch").
+# ---------------------------------------------------------------------------------------------
+
+
+def token_covariance(t: PackedTokens) -> Tensor:
+    """cov_t = (A_t − Ā)·(ℓ_t − ℓ̄), means over the batch's loss tokens (detached; Cui et al.
+    2025's centred product of advantage and log-prob, verl `clip_cov`/`kl_cov`)."""
+    on_T = t.loss_T
+    logp_T = t.logprobs_T.detach()
+    n = max(int(on_T.sum()), 1)
+    a_mean = t.advantages_T[on_T].sum() / n
+    logp_mean = logp_T[on_T].sum() / n
+    return (t.advantages_T - a_mean) * (logp_T - logp_mean)
+
+
+@loss_function(declared.KL_COV)
+def kl_cov(batch: TokenData, *, kl_cov_ratio: float, kl_coef: float) -> TokenLoss:
+    """KL-Cov (Cui et al. 2025, "The Entropy Mechanism of Reinforcement Learning for Reasoning
+    Language Models", arXiv 2505.22617; reference PRIME-RL/Entropy-Mechanism-of-RL, verl
+    `kl_cov`): L_t = −A·r·m, plus kl_coef·|ℓ − ℓ_s| on the k = max(1, ⌊N·kl_cov_ratio⌋) loss
+    tokens of largest covariance (`token_covariance`; none when the ratio is 0). The top-k is
+    over the batch given, so the loss is declared batch-scoped.
+    """
+    t = pack(batch)
+    ratio_T = sampler_ratio(t.logprobs_T, t.sampler_logprobs_T)
+    loss_T = -t.advantages_T * ratio_T * t.mask_T
+    selected_T = torch.zeros_like(t.loss_T)
+    n = int(t.loss_T.sum())
+    if kl_cov_ratio > 0 and n:
+        k = max(1, int(n * kl_cov_ratio))
+        on_idx = t.loss_T.nonzero().squeeze(-1)
+        top = torch.topk(token_covariance(t)[on_idx], k, largest=True).indices
+        selected_T[on_idx[top]] = True
+    kl_T = kl_coef * (t.logprobs_T - t.sampler_logprobs_T).abs() * t.mask_T
+    loss_T = torch.where(selected_T, loss_T + kl_T, loss_T)
+    extra = {"kl_cov/selected_fraction": _share(t, selected_T)}
+    return TokenLoss(t, loss_T, torch.ones_like(t.loss_T), t.sampler_logprobs_T, extra)
+
+
+@loss_function(declared.CLIP_COV)
+def clip_cov(
+    batch: TokenData,
+    *,
+    clip_low_threshold: float,
+    clip_high_threshold: float,
+    clip_cov_ratio: float,
+    clip_cov_lb: float,
+    clip_cov_ub: float,
+    seed: float,
+    zero_adv: ZeroAdvantage,
+) -> TokenLoss:
+    """Clip-Cov (Cui et al. 2025, arXiv 2505.22617; verl `clip_cov`): PPO's clipped surrogate,
+    with up to max(1, ⌊N·clip_cov_ratio⌋) tokens drawn at random among the loss tokens that the
+    PPO clip left alone and whose covariance lies in (lb, ub) set to loss 0 and no gradient.
+    The draw uses a generator seeded by `seed` (verl draws from torch's global RNG, so its
+    choice is not reproducible across processes; compare against it with a selection of one
+    candidate or none).
+    """
+    t = pack(batch)
+    ratio_T = sampler_ratio(t.logprobs_T, t.sampler_logprobs_T)
+    loss_T, keep_T = clipped_surrogate(
+        t, ratio_T, clip_low_threshold, clip_high_threshold, zero_adv
+    )
+    cov_T = token_covariance(t)
+    candidates = ((cov_T > clip_cov_lb) & (cov_T < clip_cov_ub) & keep_T & t.loss_T).nonzero()
+    candidates = candidates.squeeze(-1)
+    # ranked by covariance before the draw, so the choice does not depend on the datums' order
+    candidates = candidates[torch.argsort(cov_T[candidates], stable=True)]
+    selected_T = torch.zeros_like(t.loss_T)
+    n = int(t.loss_T.sum())
+    if clip_cov_ratio > 0 and n and len(candidates):
+        k = min(max(1, int(n * clip_cov_ratio)), len(candidates))
+        generator = torch.Generator().manual_seed(int(seed))
+        pick = torch.randperm(len(candidates), generator=generator)[:k]
+        selected_T[candidates[pick.to(candidates.device)]] = True
+    loss_T = torch.where(selected_T, torch.zeros_like(loss_T), loss_T)
+    extra = {"clip_cov/selected_fraction": _share(t, selected_T)}
+    return TokenLoss(t, loss_T, keep_T & ~selected_T, t.sampler_logprobs_T, extra)
+
+
+def second_moment_mask(t: PackedTokens, tau: float) -> tuple[Tensor, float]:
+    """(keep [T], M2 before masking): drop the loss tokens of largest (ℓ − ℓ_s)² until the
+    mean of (ℓ − ℓ_s)² over the loss tokens left is ≤ τ (M2PO's batch-level mask)."""
+    keep_T = torch.ones_like(t.loss_T)
+    on_idx = t.loss_T.nonzero().squeeze(-1)
+    if not len(on_idx):
+        return keep_T, 0.0
+    sq_N = ((t.logprobs_T - t.sampler_logprobs_T).detach()[on_idx] ** 2).double()
+    order = torch.argsort(sq_N, descending=True)
+    sorted_N = sq_N[order]
+    n = len(sorted_N)
+    # the mean of what is left after dropping the k largest, for k = 0..n-1
+    remaining_sum_K = sorted_N.sum() - torch.cat([sorted_N.new_zeros(1), sorted_N.cumsum(0)[:-1]])
+    remaining_mean_K = remaining_sum_K / torch.arange(n, 0, -1, dtype=sorted_N.dtype)
+    fits = (remaining_mean_K <= tau).nonzero()
+    k = int(fits[0]) if len(fits) else n
+    keep_T[on_idx[order[:k]]] = False
+    return keep_T, float(sorted_N.mean())
+
+
+@loss_function(declared.M2PO)
+def m2po(batch: TokenData, *, tau: float) -> TokenLoss:
+    """M2PO, second-moment trust policy optimisation (Zheng et al. 2025, arXiv 2510.01161;
+    reference Infini-AI-Lab/M2PO): instead of clipping each ratio, mask the tokens of largest
+    (log r)² until the batch's second moment M2 = mean (log r)² over the kept loss tokens is
+    ≤ τ (0.04), then L_t = −A·r·M·m. M2 is a statistic of the WHOLE optimizer batch, so the
+    loss is batch-scoped: `loss_function` refuses global counts larger than the batch given
+    (a gradient-accumulation split would mask each micro-batch by its own M2). losslab's
+    `updates_per_batch` minibatches are each an optimizer step, so there it is exact.
+    """
+    t = pack(batch)
+    ratio_T = sampler_ratio(t.logprobs_T, t.sampler_logprobs_T)
+    keep_T, second_moment = second_moment_mask(t, tau)
+    loss_T = -t.advantages_T * ratio_T * keep_T.to(ratio_T.dtype) * t.mask_T
+    extra = {"m2po/second_moment": second_moment, "m2po/masked_fraction": _share(t, ~keep_T)}
+    return TokenLoss(t, loss_T, keep_T, t.sampler_logprobs_T, extra)
