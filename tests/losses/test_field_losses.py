@@ -432,3 +432,25 @@ def test_batch_scoped_losses_refuse_a_part_of_a_batch(make_batch, name):
     with pytest.raises(ValueError, match="num_sequences=4 says this batch of 2"):
         loss(batch, num_sequences=4)
     assert LOSSES["gspo"].batch_scope == "token"
+
+
+def test_docs_have_a_section_per_field_loss():
+    """docs/losses.md: a `## ...` section naming every loss of losses/field.py in backticks,
+    citing its paper (an arXiv id, or for LUSPO / TIS the PR or the blog), and every knob of
+    each loss named in backticks somewhere in the page."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "losses.md").read_text(encoding="utf-8")
+    sections: dict[str, str] = {}
+    for chunk in text.split("\n## ")[1:]:
+        heading, _, body = chunk.partition("\n")
+        for name in re.findall(r"`([a-z0-9_]+)`", heading):
+            sections[name] = body
+    field = [n for n, d in LOSSES.items() if d.function.startswith("losslab.losses.field:")]
+    assert len(field) == 13
+    for name in field:
+        assert name in sections, name
+        assert re.search(r"arXiv \d{4}\.\d{5}|PR #\d+|fengyao\.notion\.site", sections[name]), name
+        for knob in LOSSES[name].params:
+            assert f"`{knob}`" in text, (name, knob)
