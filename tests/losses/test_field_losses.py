@@ -13,10 +13,14 @@ so r = e^Δ = (1.22140, 0.67032, 1.64872 | 1.10517, 1.34986), N = 5 loss tokens,
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 
 import pytest
 
-from losslab.losses import LOSSES, get_loss
+from losslab.losses import LOSSES, get_loss, parse_loss_spec
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "losses.md"
 
 SAMPLER = [[-1.0, -2.0, -0.5], [-0.3, -1.5, -0.7]]
 DELTA = [[0.2, -0.4, 0.5], [0.1, 0.3, 9.0]]
@@ -438,10 +442,7 @@ def test_docs_have_a_section_per_field_loss():
     """docs/losses.md: a `## ...` section naming every loss of losses/field.py in backticks,
     citing its paper (an arXiv id, or for LUSPO / TIS the PR or the blog), and every knob of
     each loss named in backticks somewhere in the page."""
-    import re
-    from pathlib import Path
-
-    text = (Path(__file__).resolve().parents[2] / "docs" / "losses.md").read_text(encoding="utf-8")
+    text = DOCS.read_text(encoding="utf-8")
     sections: dict[str, str] = {}
     for chunk in text.split("\n## ")[1:]:
         heading, _, body = chunk.partition("\n")
@@ -454,3 +455,18 @@ def test_docs_have_a_section_per_field_loss():
         assert re.search(r"arXiv \d{4}\.\d{5}|PR #\d+|fengyao\.notion\.site", sections[name]), name
         for knob in LOSSES[name].params:
             assert f"`{knob}`" in text, (name, knob)
+
+
+def test_the_framework_configuration_specs_build(make_batch):
+    """Every spec in docs/losses.md's framework table parses, resolves and runs (the ones that
+    anchor on recomputed log-probs with old log-probs given)."""
+    text = DOCS.read_text(encoding="utf-8")
+    table = text.split("<!-- specs -->", 1)[1].split("<!-- /specs -->", 1)[0]
+    specs = re.findall(r"\| `([a-z0-9_]+\(.*?\))` \|", table)
+    assert len(specs) == 22
+    lp = [
+        [s + d for s, d in zip(sr, dr, strict=True)] for sr, dr in zip(SAMPLER, DELTA, strict=True)
+    ]
+    _, batch = make_batch(lp, SAMPLER, ADV, mask=MASK, old=SAMPLER)
+    for spec in specs:
+        assert math.isfinite(parse_loss_spec(spec)(batch).loss.item()), spec
