@@ -32,6 +32,15 @@ LOSS_FAMILIES: dict[str, str] = {
     "dppo": "DPPO: the policy gradient with a trust-region mask on a divergence (binary TV or "
     "binary KL) of the current policy from an anchor",
     "ppo_clip": "PPO's clipped-ratio objective (and mask-form ablations of it)",
+    "dual_clip": "dual-clip PPO: the clipped objective with the loss of A < 0 tokens capped "
+    "at -A*c (Ye et al. 2019, arXiv 1912.09729)",
+    "gspo": "GSPO: a sequence-level (length-normalised) importance ratio, clipped per "
+    "sequence (arXiv 2507.18071)",
+    "sapo": "SAPO: a soft sigmoid gate on the ratio instead of a hard clip (arXiv 2511.20347)",
+    "gmpo": "GMPO: the geometric mean of the clipped token ratios (arXiv 2507.20673)",
+    "clip_cov": "Clip-Cov: the gradient of a few high-covariance tokens detached "
+    "(arXiv 2505.22617)",
+    "kl_cov": "KL-Cov: a KL penalty on a few high-covariance tokens (arXiv 2505.22617)",
     "cispo": "CISPO: a detached clipped importance weight times the log-prob",
     "dro": "DRO: log-prob times advantage with a squared log-ratio penalty",
     "importance_sampling": "the ratio-weighted policy gradient, no clip and no mask",
