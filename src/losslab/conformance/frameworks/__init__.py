@@ -42,6 +42,7 @@ FRAMEWORK_MODULES: tuple[str, ...] = (
     "losslab.conformance.frameworks.skyrl_registry",
     "losslab.conformance.frameworks.spindle",
     "losslab.conformance.frameworks.stable_rl",
+    "losslab.conformance.frameworks.tinker",
     "losslab.conformance.frameworks.verl",
     "losslab.conformance.frameworks.verl_registry",
 )
