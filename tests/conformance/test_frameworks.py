@@ -76,6 +76,7 @@ def test_registry_has_the_registered_frameworks() -> None:
         "skyrl_registry",
         "prime_rl",
         "spindle",
+        "tinker",
     }
     assert framework_for("NovaSky-AI/SkyRL", "dppo_policy_loss").name == "skyrl"
     assert framework_for("NovaSky-AI/SkyRL", "gspo_policy_loss").name == "skyrl_registry"

@@ -123,7 +123,10 @@ class LosslabConfig:
 
     `loss`/`params` give the gradient (the loss as it would be trained); `value_params` are
     overrides that put the VALUE in the reference's convention (e.g. surrogate="logprob").
-    `reason` is set (and `loss` is None) when no configuration can reproduce the reference.
+    `reason` is set (and `loss` is None) when no configuration can reproduce the reference;
+    set WITH a `loss`, the configuration is the nearest one and `reason` says, in one line, the
+    convention it cannot reproduce (e.g. a dual clip, a log-ratio guard), shown by
+    `losslab atlas` wherever the two differ.
     """
 
     loss: str | None

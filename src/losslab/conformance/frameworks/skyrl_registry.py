@@ -134,7 +134,14 @@ def losslab_config(ref: Any, fixture: Any = None) -> LosslabConfig:
             "zero_adv": "keep",
             "reduction": "sum",
         }
-        return LosslabConfig("ppo", params, {})
+        return LosslabConfig(
+            "ppo",
+            params,
+            {},
+            reason="guard: SkyRL's safe_exp_delta clamps log r at 20 inside exp, so a token "
+            "past it gets no gradient; losslab's ppo passes the gradient through its clamp and "
+            "has no log_ratio_guard knob (A < 0 tokens with log r > 20 differ)",
+        )
     if kind == "cispo":
         c = p["cispo"]
         params = {
@@ -146,7 +153,14 @@ def losslab_config(ref: Any, fixture: Any = None) -> LosslabConfig:
     if kind == "cross_entropy":
         return LosslabConfig("cross_entropy", {"reduction": "sum"}, {})
     if kind == "importance_sampling":
-        return LosslabConfig("importance_sampling", {"reduction": "sum"}, {})
+        return LosslabConfig(
+            "importance_sampling",
+            {"reduction": "sum"},
+            {},
+            reason="guard: SkyRL's importance_sampling_loss takes exp(l - l_s) bare (no "
+            "safe_exp_delta); losslab clamps l - l_s at 20 before exp and has no knob to lift "
+            "it, so tokens with log r > 20 differ (e^91 = inf in float32)",
+        )
     if kind == "dual_clip":
         params = {
             "clip_low_threshold": low,

@@ -49,6 +49,12 @@ LOSS_FNS: dict[str, tuple[dict[str, float], str]] = {
 }
 
 
+UNGUARDED_REASON = (
+    "guard: losslab clamps l - l_s at 20 before exp (LOG_RATIO_MAX) and has no knob to lift "
+    "it; Tinker documents no guard, so tokens with log r > 20 differ (e^91 = inf in float32)"
+)
+
+
 def resolve(revision: Revision, defaults: dict[str, Any], origin: str) -> Resolution:
     kw = dict(revision.kwargs)
     name = kw.pop("loss_fn", None)
@@ -154,6 +160,9 @@ def losslab_config(ref: ResolvedReference, fixture: Fixture | None = None) -> Lo
     params: dict[str, Any] = {**config, "reduction": "sum"}
     if name == "ppo":
         params["zero_adv"] = "keep"
+    if name in ("ppo", "importance_sampling"):
+        # the ratio enters the gradient: losslab's LOG_RATIO_MAX clamp shows where log r > 20
+        return LosslabConfig(name, params, {}, reason=UNGUARDED_REASON)
     return LosslabConfig(name, params, {})
 
 
