@@ -217,6 +217,27 @@ def _output(
     return LossOutput(loss=loss, metrics=metrics, kept_D=kept_D)
 
 
+def _refuse_partial_batch(
+    name: str, batch: TokenData, num_tokens: float | None, num_sequences: float | None
+) -> None:
+    """A batch-scoped loss (`LossDeclaration.batch_scope`) must see its whole optimizer batch:
+    global counts other than this batch's own say it is a part of one (gradient accumulation),
+    where its batch statistic would be another algorithm's."""
+    tokens = sum(int((m_T > 0).sum()) for m_T in batch.mask_D)
+    sequences = sum(int(bool((m_T > 0).any())) for m_T in batch.mask_D)
+    for key, given, local in (
+        ("num_tokens", num_tokens, tokens),
+        ("num_sequences", num_sequences, sequences),
+    ):
+        if given is not None and given != local:
+            raise ValueError(
+                f"loss {name!r} is batch-scoped (its mask is a statistic of the whole optimizer "
+                f"batch) but {key}={given:g} says this batch of {local} is part of a larger "
+                "one; call it on the whole batch (one update per optimizer step, no gradient "
+                "accumulation)"
+            )
+
+
 def loss_function(
     declaration: LossDeclaration,
 ) -> Callable[[Callable[..., TokenLoss]], Callable[..., LossOutput]]:
@@ -253,6 +274,8 @@ def loss_function(
             **params: Any,
         ) -> LossOutput:
             values = declaration.resolve(params)
+            if declaration.batch_scope == "batch":
+                _refuse_partial_batch(declaration.name, batch, num_tokens, num_sequences)
             reduction = values.pop("reduction")
             counts = dict(
                 num_tokens=num_tokens,
