@@ -321,6 +321,61 @@ def crosscheck(
         typer.echo(f"html: {write_html(result, html_out)}")
 
 
+@app.command()
+def atlas(
+    source: list[str] | None = typer.Option(
+        None, "--source", help="owner/repo=PATH checkout to execute instead of fetching."
+    ),
+    family: list[str] | None = typer.Option(
+        None, "--family", help="Only these loss families (repeatable; default: all)."
+    ),
+    out: str | None = typer.Option(None, "--out", "-o", help="Write the atlas as JSON here."),
+    markdown: str | None = typer.Option(
+        None, "--markdown", help="Write the atlas as Markdown here (docs/atlas.md)."
+    ),
+    offline: bool = typer.Option(False, "--offline", help="Never fetch."),
+) -> None:
+    """Every registered loss x implementation, executed from pinned source (Tinker: documented
+    formula), against losslab's matching configuration on set A and the atlas stress fixture:
+    value and gradient equal?, tokens differing, cosine, and a named reason for each
+    difference. Exit 1 when a row differs without a reason, 2 when a source cannot be had."""
+    from losslab.atomic import atomic_write_text
+    from losslab.conformance.atlas import render_markdown, run_atlas
+    from losslab.conformance.pinned import PinnedSourceError
+    from losslab.conformance.preflight import PreflightError, write_report
+    from losslab.plan import RevisionError
+
+    sources = _parse_sources_or_exit(source)
+    try:
+        result = run_atlas(
+            sources,
+            offline=offline,
+            families=family or None,
+            progress=lambda line: typer.echo(line, err=True),
+        )
+    except (PreflightError, PinnedSourceError, RevisionError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    for row in result["rows"]:
+        cells = row["cells"]
+        agree = bool(cells) and all(
+            c["value_agrees"] and c["gradient_agrees"] for c in cells.values()
+        )
+        status = "equal" if agree else (row["reason"] or "DIFFERS, no reason")
+        typer.echo(f"{row['family']:>20} {row['name']:<28} {status}")
+    s = result["summary"]
+    typer.echo(
+        f"{s['rows']} rows, {len(s['families'])} families, {len(s['frameworks'])} frameworks: "
+        f"{len(s['equal_rows'])} equal, {len(s['reasoned_rows'])} with a reason, "
+        f"{len(s['unexplained_rows'])} unexplained"
+    )
+    if out is not None:
+        typer.echo(f"json: {write_report(result, out)}")
+    if markdown is not None:
+        typer.echo(f"markdown: {atomic_write_text(markdown, render_markdown(result) + chr(10))}")
+    raise typer.Exit(1 if s["unexplained_rows"] else 0)
+
+
 golden_app = typer.Typer(
     help="Golden files: reference losses and gradients on one fixture, as an interchange format.",
     no_args_is_help=True,

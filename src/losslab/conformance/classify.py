@@ -38,6 +38,7 @@ ALTERNATIVES: tuple[tuple[str, Any, str], ...] = (
     ("log_ratio_guard", "zero_grad", "SkyRL safe_exp_delta: no gradient past |log r| = 20"),
     ("log_ratio_guard", "none", "Spindle, prime-rl: no guard"),
     ("kl_tau", 1e-3, "prime-rl DefaultLossConfig kl_tau"),
+    ("kl_tau", 0.0, "no KL term: every DPPO but prime-rl's default (prime-rl with kl_tau = 0)"),
     ("zero_adv", "negative", "Stable-RL: A = 0 takes the A <= 0 branch"),
     ("zero_adv", "keep", "Spindle/SkyRL: A = 0 never masked"),
     ("surrogate", "logprob", "value form -A*sg(w)*M*logp (Stable-RL, verl)"),
