@@ -28,7 +28,7 @@ LOG_RATIO_MAX = 20.0  # exp(20) ~ 4.9e8: Stable-RL clamps log r from above befor
 def dppo_loss(data, logprobs_list, *, delta=0.15, cap=10.0):
     total = torch.zeros(())
     masked, live = 0.0, 0.0
-    for datum, logp in zip(data, logprobs_list):
+    for datum, logp in zip(data, logprobs_list, strict=True):
         inputs = datum.loss_fn_inputs
         logp_old = inputs["logprobs"].to_torch()
         adv = inputs["advantages"].to_torch()

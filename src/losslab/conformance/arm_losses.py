@@ -43,7 +43,9 @@ def arm_losses(
             if resolved.user is not None:
                 from losslab.conformance.user_loss import load_user_loss
 
-                out[arm.name] = load_user_loss(resolved.user, sources=sources, offline=offline)
+                out[arm.name] = load_user_loss(
+                    resolved.user, params=resolved.values, sources=sources, offline=offline
+                )
                 continue
             out[arm.name] = build_loss(resolved)
         except ValueError as exc:

@@ -207,6 +207,7 @@ def datums_from_tokens(batch: TokenData) -> list[Any]:
 def load_user_loss(
     ref: UserLossRef,
     *,
+    params: Mapping[str, Any] | None = None,
     sources: Mapping[str, Path] | None = None,
     offline: bool = False,
 ) -> UserLossFn:
@@ -214,10 +215,14 @@ def load_user_loss(
 
     Args:
         ref: the arm's `ResolvedLoss.user`.
+        params: the keywords to bind (default `ref.kwargs`): the arm's `ResolvedLoss.values`, so
+            a changed resolved value changes what is checked and trained alike.
         sources: `{"owner/repo": checkout}` for a pinned function (the `--source` override);
             otherwise its commit is fetched into losslab's cache (`conformance.fetch`).
         offline: never fetch (a cached commit is still used).
     """
+    if params is not None:
+        ref = replace(ref, kwargs=dict(params))
     code = ref.provenance()
     if ref.kind == "pinned":
         fn, pinned, info = _load_pinned(ref, sources or {}, offline)
