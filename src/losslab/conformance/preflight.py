@@ -39,6 +39,7 @@ from losslab.conformance.ours import run_ours
 from losslab.conformance.pinned import PinnedSourceError, run_pinned
 from losslab.conformance.provenance import provenance_of
 from losslab.plan import Plan, RevisionError, parse_revision
+from losslab.plan.user_loss import UserLossError
 
 CHECKS = ("baseline_loss", "baseline_gradient", "reference_loss", "reference_gradient")
 PRECISION = "float32 CPU torch (Tinker logprobs dtype); errors computed in float64"
@@ -533,7 +534,7 @@ def run_preflight(
                     stress_fixture=stress_fixture,
                 )
             )
-        except (RevisionError, PinnedSourceError) as err:
+        except (RevisionError, PinnedSourceError, UserLossError) as err:
             raise PreflightError(f"correctness_preflight path {path.id!r}: {err}") from err
     named = {
         parse_revision(getattr(p, key)).repo

@@ -37,6 +37,7 @@ from torch import Tensor
 from losslab.losses.data import TokenData
 from losslab.losses.policy import LossOutput
 from losslab.plan.user_loss import (
+    SIGNATURES,
     SignatureInfo,
     UserLossError,
     UserLossRef,
@@ -233,7 +234,7 @@ def load_user_loss(
         fn = _load_file(ref) if ref.kind == "file" else _load_module(ref)
         where = str(ref.file)
     kind = _signature_kind(fn, ref, where)
-    return UserLossFn(
+    loss = UserLossFn(
         name=ref.function,
         params=dict(ref.kwargs),
         fn=fn,
@@ -242,6 +243,36 @@ def load_user_loss(
         provenance={k: "plan" for k in ref.kwargs},
         code=code,
     )
+    _probe(loss)
+    return loss
+
+
+def _probe(loss: UserLossFn) -> None:
+    """Call the code once on a two-token batch, so a function that raises or returns no
+    differentiable loss fails now (before any run directory), not at the preflight or the first
+    training step."""
+    logprobs_T = torch.tensor([-0.5, -1.2], requires_grad=True)
+    batch = TokenData(
+        logprobs_D=[logprobs_T],
+        sampler_logprobs_D=[torch.tensor([-0.6, -1.0])],
+        advantages_D=[torch.tensor([1.0, 1.0])],
+        mask_D=[torch.tensor([1.0, 1.0])],
+    )
+    try:
+        out = loss(batch)
+    except UserLossError:
+        raise
+    except Exception as exc:  # the user's code
+        raise UserLossError(
+            f"{loss.where}: calling it on a 2-token probe batch raised {type(exc).__name__}: "
+            f"{exc}; expected {SIGNATURES[loss.signature]}"
+        ) from None
+    (grad_T,) = torch.autograd.grad(out.loss, logprobs_T, allow_unused=True)
+    if grad_T is None:
+        raise UserLossError(
+            f"{loss.where}: its loss has no gradient path to the log-probs it was given; expected "
+            "a loss computed from logprobs_list (or log_prob / batch.logprobs_D)"
+        )
 
 
 def _signature_kind(fn: Any, ref: UserLossRef, where: str) -> str:
