@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from losslab.callspec import format_call
 from losslab.losses.data import TokenData
 from losslab.losses.policy import LossOutput
 from losslab.plan.user_loss import (
@@ -95,7 +96,13 @@ class UserLossFn:
 
     @property
     def spec(self) -> str:
-        return self.user.text if self.user is not None else self.name
+        """The plan's text with the bound keywords (`file.py::fn(k=v, ...)`); a plan accepts it."""
+        if self.user is None:
+            return self.name
+        head = self.user.text.split("(", 1)[0].strip()
+        return head[: len(head) - len(self.name)] + format_call(
+            self.name, self.params, bare_words=True
+        )
 
     @property
     def where(self) -> str:
@@ -224,15 +231,15 @@ def load_user_loss(
     """
     if params is not None:
         ref = replace(ref, kwargs=dict(params))
-    code = ref.provenance()
     if ref.kind == "pinned":
         fn, pinned, info = _load_pinned(ref, sources or {}, offline)
         ref = replace(ref, signature=info, sha256=pinned["sha256"])
-        code.update(pinned)
+        code = {**ref.provenance(), **pinned}
         where = f"{ref.repo}@{(ref.commit or '')[:12]}:{ref.path}"
     else:
         fn = _load_file(ref) if ref.kind == "file" else _load_module(ref)
         where = str(ref.file)
+        code = ref.provenance()
     kind = _signature_kind(fn, ref, where)
     loss = UserLossFn(
         name=ref.function,
