@@ -232,3 +232,133 @@ def test_a_module_and_a_pinned_function_resolve_too(
     user = result.plan.loss("treatment").user  # type: ignore[union-attr]
     assert user.kind == "module" and Path(user.file) == pkg / "dppo.py"
     assert user.signature.kind == "tinker"  # read with ast, the package never imported
+
+
+# --- a framework's pinned function: a verl-style policy loss as the GRPO arm -------------------
+
+VERL_STYLE_TF = """
+import torch
+
+
+def masked_mean(values, mask):
+    return (values * mask).sum() / mask.sum()
+"""
+
+VERL_STYLE_CORE = """
+from typing import Optional
+
+import torch
+
+from verl.trainer.config import AlgoConfig
+import verl.utils.torch_functional as verl_F
+
+
+def agg_loss(loss_mat, loss_mask, loss_agg_mode, dp_size=1, batch_num_tokens=None):
+    if loss_agg_mode == "token-mean":
+        return (loss_mat * loss_mask).sum() / batch_num_tokens * dp_size
+    raise ValueError(loss_agg_mode)
+
+
+def compute_policy_loss_vanilla(
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
+    config: Optional[AlgoConfig] = None, rollout_is_weights=None,
+):
+    assert not isinstance(config, AlgoConfig)
+    clip_ratio = config.clip_ratio
+    low = config.clip_ratio_low if config.clip_ratio_low is not None else clip_ratio
+    high = config.clip_ratio_high if config.clip_ratio_high is not None else clip_ratio
+    ratio = torch.exp(torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0))
+    losses1 = -advantages * ratio
+    losses2 = -advantages * torch.clamp(ratio, 1 - low, 1 + high)
+    pg = torch.maximum(losses1, losses2)
+    loss = agg_loss(pg, response_mask, loss_agg_mode, **config.global_batch_info)
+    frac = verl_F.masked_mean(torch.gt(losses2, losses1).float(), response_mask)
+    return loss, {"actor/pg_clipfrac": frac.detach().item()}
+"""
+"""A verl-style PPO clip policy loss written for this test (verl's layout and names, the
+`config` it reads, an `isinstance` assert on a config class that is not in the repository, a
+helper imported from another file), not verl's code; verl's own `compute_policy_loss_vanilla`
+at its pinned commit is run in docs/your-loss.md."""
+
+
+@pytest.fixture
+def verl_style_repo(tmp_path: Path) -> tuple[Path, str]:
+    root = tmp_path / "verl-checkout"
+    for rel, text in {
+        "verl/__init__.py": "",
+        "verl/utils/__init__.py": "",
+        "verl/utils/torch_functional.py": VERL_STYLE_TF,
+        "verl/trainer/__init__.py": "",
+        "verl/trainer/ppo/__init__.py": "",
+        "verl/trainer/ppo/core_algos.py": VERL_STYLE_CORE,
+    }.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text.lstrip("\n"))
+    cfg = ["-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"]
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    subprocess.run(["git", "-C", str(root), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(root), *cfg, "commit", "-q", "-m", "v"], check=True)
+    commit = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    return root, commit
+
+
+def _verl_plan(tmp_path: Path, commit: str, args: str) -> Path:
+    plan = json.loads(PLAN.read_text())
+    plan["arms"][0]["loss"] = (
+        f"verl-project/verl@{commit}:verl/trainer/ppo/core_algos.py::"
+        f"compute_policy_loss_vanilla({args})"
+    )
+    plan["arms"][1]["loss"] = "dppo_divergence_mask"
+    path = tmp_path / "verl_plan.json"
+    path.write_text(json.dumps(plan))
+    return path
+
+
+def test_a_pinned_verl_policy_loss_is_a_grpo_arm(
+    tmp_path: Path, verl_style_repo: tuple[Path, str]
+) -> None:
+    root, commit = verl_style_repo
+    plan = _verl_plan(tmp_path, commit, "clip_ratio=0.2")
+    assert check_plan_file(plan).ok  # the text only: the source is fetched when built
+    sources = {"verl-project/verl": root}  # the --source override, as for references
+    report = run_preflight(plan, sources=sources, offline=True, allow_rederivation=True)
+    entry = report["paths"][0]
+    # PPO clip 0.8/1.2 summed over tokens (token-mean with batch_num_tokens = 1) is Tinker's
+    # ppo, the baseline reference (Spindle's, re-derived): value and gradient agree
+    assert (
+        entry["checks"]["baseline_loss"]["passed"]
+        and entry["checks"]["baseline_gradient"]["passed"]
+    ), entry["errors"]
+    code = entry["implementation"]["baseline"]["code"]
+    assert code["kind"] == "pinned" and code["commit"] == commit and code["signature"] == "verl"
+    assert code["extracted"].keys() == {
+        "verl/utils/torch_functional.py",
+        "verl/trainer/ppo/core_algos.py",
+    }
+
+    # the clip fraction the verl function reports is what the arm logs when it trains
+    from losslab.conformance.arm_losses import arm_losses
+    from losslab.losses.data import TokenData
+    from losslab.plan import load_plan
+
+    loss = arm_losses(load_plan(plan), sources=sources)["grpo_seed0"]
+    import torch
+
+    lp = torch.tensor([-0.1, -3.0], requires_grad=True)  # r = e^0.9 (clipped), e^-2 (clipped)
+    batch = TokenData([lp], [torch.tensor([-1.0, -1.0])], [torch.ones(2)], [torch.ones(2)])
+    out = loss(batch)
+    assert out.metrics == {"actor/pg_clipfrac": 0.5}  # A > 0: only r = e^0.9 > 1.2 is clipped
+    (grad,) = torch.autograd.grad(out.loss, lp)
+    assert grad.tolist() == pytest.approx([0.0, -float(torch.exp(torch.tensor(-2.0)))])
+
+
+def test_an_unknown_verl_config_field_is_refused_when_built(
+    tmp_path: Path, verl_style_repo: tuple[Path, str]
+) -> None:
+    root, commit = verl_style_repo
+    plan = _verl_plan(tmp_path, commit, "clip_ratio=0.2, clip_ratio_x=1")
+    with pytest.raises(PreflightError, match="unknown parameter 'clip_ratio_x'") as err:
+        run_preflight(plan, sources={"verl-project/verl": root}, offline=True)
+    assert "clip_ratio, clip_ratio_low, clip_ratio_high, global_batch_info" in str(err.value)
