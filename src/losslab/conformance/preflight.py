@@ -39,6 +39,7 @@ from losslab.conformance.ours import run_ours
 from losslab.conformance.pinned import PinnedSourceError, run_pinned
 from losslab.conformance.provenance import provenance_of
 from losslab.plan import Plan, RevisionError, parse_revision
+from losslab.plan.user_loss import UserLossError
 
 CHECKS = ("baseline_loss", "baseline_gradient", "reference_loss", "reference_gradient")
 PRECISION = "float32 CPU torch (Tinker logprobs dtype); errors computed in float64"
@@ -84,6 +85,8 @@ def _value_spec(loss_fn: Any, ref: ResolvedReference) -> Any:
     """Our loss re-bound to the reference's value convention (gradient unchanged)."""
     from losslab.losses import get_loss
 
+    if getattr(loss_fn, "user", None) is not None:
+        return loss_fn  # code is compared as written: its value is what it returns
     if ref.value_convention == "logprob" and getattr(loss_fn, "params", {}).get(
         "surrogate"
     ) not in (None, "logprob"):
@@ -100,7 +103,12 @@ def _spec_text(loss_fn: Any) -> str:
 
 
 def plan_implementations(
-    plan: Any, path: Any, losses: Mapping[str, Any] | None = None
+    plan: Any,
+    path: Any,
+    losses: Mapping[str, Any] | None = None,
+    *,
+    sources: Mapping[str, Path] | None = None,
+    offline: bool = False,
 ) -> dict[str, Implementation]:
     """Our implementation of the plan's baseline and treatment arms for `path`.
 
@@ -109,7 +117,11 @@ def plan_implementations(
     """
     from losslab.conformance.arm_losses import arm_losses
 
-    losses = losses if losses is not None else arm_losses(plan)
+    if losses is None:
+        try:
+            losses = arm_losses(plan, sources=sources, offline=offline)
+        except ValueError as exc:  # code that does not import, a pinned function not had
+            raise PreflightError(str(exc)) from exc
     out = {}
     for role, rev_text in (
         ("baseline", path.baseline_revision),
@@ -208,6 +220,19 @@ def _fractions(
         "tokens": int(blocked.sum()),
         "tokens_nonzero_adv": int((blocked & nonzero).sum()),
     }
+
+
+def _blocked(
+    loss_fn: Any, kept_D: list[np.ndarray], grad_D: list[np.ndarray], fixture: Fixture
+) -> tuple[list[np.ndarray], str]:
+    """Tokens our loss blocked: its keep mask, or for code (which reports none) the loss tokens
+    with A != 0 whose gradient is exactly zero, as for pinned references."""
+    if getattr(loss_fn, "user", None) is None:
+        return [~k for k in kept_D], "all"
+    return [
+        (g == 0) & (s.loss_mask != 0) & (s.advantages != 0)
+        for g, s in zip(grad_D, fixture.sequences, strict=True)
+    ], "nonzero_adv"
 
 
 def _set_difference(
@@ -347,6 +372,9 @@ def run_path(
             # where each hyperparameter came from: plan text, a pinned revision or the default
             "provenance": dict(getattr(impl.loss_fn, "provenance", None) or {}),
         }
+        code = getattr(impl.loss_fn, "code", None)
+        if code:  # the arm's loss is code: which file, hash and commit was checked
+            entry["implementation"][impl_key]["code"] = dict(code)
         entry["compared"].update(_compared(role, impl, ref))
         tols = {kind: _tolerance(path, f"{role}_{kind}") for kind in ("loss", "gradient")}
         for kind, ours, theirs in (
@@ -357,11 +385,11 @@ def run_path(
             entry["errors"][name], entry["checks"][name] = _check_entry(ours, theirs, tols[kind])
         if not all(entry["checks"][f"{role}_{k}"]["passed"] for k in ("loss", "gradient")):
             entry["classification"][role] = classify(
-                impl.loss_fn, impl.value_fn or impl.loss_fn, res, fixture, tols
+                impl.loss_fn, impl.value_fn or impl.loss_fn, res, fixture, tols, resolved=ref
             )
-        blocked_ours = [~k for k in kept_D]
+        blocked_ours, scope = _blocked(impl.loss_fn, kept_D, grad_D, fixture)
         entry["fired"][impl_key] = {
-            "ours": _fractions(blocked_ours, fixture),
+            "ours": _fractions(blocked_ours, fixture, scope),
             "reference": _fractions(res.blocked_D, fixture, res.blocked_scope),
         }
         entry["token_set_differences"][role] = _set_difference(blocked_ours, res.blocked_D, fixture)
@@ -410,9 +438,10 @@ def _stress_block(
     block["passed"] = all(c["passed"] for c in block["checks"].values())
     if not block["passed"]:
         block["classification"] = classify(
-            impl.loss_fn, impl.value_fn or impl.loss_fn, res, fixture, tols
+            impl.loss_fn, impl.value_fn or impl.loss_fn, res, fixture, tols, resolved=ref
         )
-    block["token_set_differences"] = _set_difference([~k for k in kept_D], res.blocked_D, fixture)
+    blocked_ours, _ = _blocked(impl.loss_fn, kept_D, grad_D, fixture)
+    block["token_set_differences"] = _set_difference(blocked_ours, res.blocked_D, fixture)
     return block
 
 
@@ -490,7 +519,7 @@ def run_preflight(
             impls = (
                 dict(implementations)
                 if implementations
-                else plan_implementations(plan, path, losses)
+                else plan_implementations(plan, path, losses, sources=sources, offline=offline)
             )
             paths.append(
                 run_path(
@@ -505,7 +534,7 @@ def run_preflight(
                     stress_fixture=stress_fixture,
                 )
             )
-        except (RevisionError, PinnedSourceError) as err:
+        except (RevisionError, PinnedSourceError, UserLossError) as err:
             raise PreflightError(f"correctness_preflight path {path.id!r}: {err}") from err
     named = {
         parse_revision(getattr(p, key)).repo

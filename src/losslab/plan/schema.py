@@ -406,6 +406,7 @@ class Plan(PlanModel):
 
     _warnings: list[str] = PrivateAttr(default_factory=list)
     _losses: dict[str, ResolvedLoss] = PrivateAttr(default_factory=dict)
+    _base_dir: str | None = PrivateAttr(default=None)  # the plan file's folder (loss files)
 
     @property
     def warnings(self) -> list[str]:
@@ -463,7 +464,9 @@ class Plan(PlanModel):
         arm_obj = arm if isinstance(arm, Arm) else self.arm(arm)
         if arm_obj.name not in self._losses:  # a Plan built without `load_plan`/`parse_plan`
             baseline_rev, reference_rev = self.loss_revisions()
-            self._losses[arm_obj.name] = resolve_loss(arm_obj.loss, baseline_rev, reference_rev)
+            self._losses[arm_obj.name] = resolve_loss(
+                arm_obj.loss, baseline_rev, reference_rev, base_dir=self._base_dir
+            )
         return self._losses[arm_obj.name]
 
     def set_loss(self, arm: str | Arm, resolved: ResolvedLoss) -> None:

@@ -556,6 +556,8 @@ def loss_problems(resolved: Mapping[str, ResolvedLoss]) -> list[tuple[str, str]]
     a ValueError becomes a problem at that path."""
     out = []
     for path, loss in resolved.items():
+        if loss.user is not None:  # code: checked by `losslab.plan.user_loss` when resolved
+            continue
         try:
             loss_declaration(loss.name).resolve(loss.values)
         except ValueError as exc:

@@ -189,6 +189,7 @@ def collect(run_dir: Path) -> dict[str, Any]:
         "base_model": plan.get("base_model"),
         "arms": [{**a, "role": roles.get(a.get("name"))} for a in arms_plan],
         "switch": _switch(arms_plan),
+        "loss_code": manifest.get("loss_code") or {},  # arms whose loss is code: file, sha256
         "status": _status(manifest),
         "schedule": schedule,
         "pilot": {

@@ -293,6 +293,19 @@ def _verdict(verdict: dict[str, Any] | None) -> str:
     return body
 
 
+def _loss_code(code: dict[str, Any] | None) -> str:
+    """One line per arm whose loss is code: "your code: my_dppo.py::fn @ sha256 3f2a..." (the
+    file the preflight checked and the arm trained; manifest.json's `loss_code`)."""
+    if not code:
+        return ""
+    items = "".join(
+        f'<li data-arm="{escape(arm)}"><b>{escape(arm)}</b>: {escape(str(rec.get("summary")))} '
+        f'<span class="muted">sha256 {escape(str(rec.get("sha256")))}</span></li>'
+        for arm, rec in code.items()
+    )
+    return f'<h3>Losses named as code</h3><ul id="loss-code">{items}</ul>'
+
+
 def _preflight(artifact: dict[str, Any] | None, summary: dict[str, Any] | None) -> str:
     """Provenance line per side (a warning when the pinned source was not executed), each error
     with its tolerance and per-metric result, and the fired fractions; else the checks table."""
@@ -629,7 +642,11 @@ def render_html(facts: dict[str, Any], images: dict[str, tuple[str, str]]) -> st
     s.append("</section>")
 
     s.append('<section id="preflight"><h2>Correctness preflight (errors vs tolerances)</h2>')
-    s.append(_preflight(facts.get("preflight"), facts.get("preflight_summary")) + "</section>")
+    s.append(
+        _loss_code(facts.get("loss_code"))
+        + _preflight(facts.get("preflight"), facts.get("preflight_summary"))
+        + "</section>"
+    )
     s.append('<section id="restoration"><h2>Restoration preflight</h2>')
     s.append(_checks_table(facts.get("restoration"), "The restoration preflight") + "</section>")
 

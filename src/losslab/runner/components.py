@@ -31,7 +31,13 @@ from losslab.conformance.arm_losses import arm_losses
 from losslab.engine import ArmLoop, evaluate, evaluation_result
 from losslab.plan import load_plan
 from losslab.runner import phases as phase_table
-from losslab.runner.errors import BackendUnavailable, DataError, RunError, UnsupportedPlan
+from losslab.runner.errors import (
+    BackendUnavailable,
+    DataError,
+    LossBuildError,
+    RunError,
+    UnsupportedPlan,
+)
 from losslab.runner.protocols import Phase
 from losslab.runner.trainer import BackendArmTrainer, TrainOrder, arm_config, seed_schedule
 from losslab.stats.cost import cost_vs_pilot, plan_cost
@@ -110,7 +116,7 @@ class DefaultComponents:
         try:
             return arm_losses(self.plan)
         except ValueError as e:
-            raise RunError(f"the plan's losses cannot be built: {e}") from e
+            raise LossBuildError(f"the plan's losses cannot be built: {e}") from e
 
     @cached_property
     def service(self) -> Any:

@@ -35,6 +35,13 @@ class UnsupportedPlan(RunError):
     exit_code = 2
 
 
+class LossBuildError(RunError):
+    """An arm's loss cannot be built (code that does not import, has an unknown signature or
+    returns no differentiable loss; a resolved value its declaration refuses): bad input."""
+
+    exit_code = 2
+
+
 class DataError(RunError):
     """The task's data (`--data` files, the hub copy) is unreadable or too small for the plan."""
 

@@ -133,7 +133,21 @@ def run_plan(
         mirror = open_tracker(tracker)  # a missing tracker package fails before any write
         # a rehearsal reaches every phase (force); each check's outcome is still recorded
         how = dict(backend=backend, force=force or rehearse, rehearsal=rehearsal)
-        run = open_run_dir(plan_file, out=out, resume=resume, units=components.schedule.arms, **how)
+        # the arms' losses are built now: code that does not import or has the wrong form
+        # stops the run here, before any run directory exists (exit 2)
+        loss_code = {
+            arm: dict(fn.code)
+            for arm, fn in (getattr(components, "losses", None) or {}).items()
+            if getattr(fn, "code", None)
+        }
+        run = open_run_dir(
+            plan_file,
+            out=out,
+            resume=resume,
+            loss_code=loss_code,
+            units=components.schedule.arms,
+            **how,
+        )
         command = f"losslab run {plan_file} --backend {backend}" + (" --rehearse" * rehearse)
         intro = [f"{command}: {'resuming' if resume else 'run directory'} {run.root}"]
         if rehearsal is not None:

@@ -256,13 +256,16 @@ def open_run_dir(
     force: bool,
     rehearsal: dict[str, Any] | None,
     units: Iterable[str] = (),
+    loss_code: dict[str, Any] | None = None,
 ) -> RunDir:
     """The locked run directory of a `losslab run`: `resume` reopened (same plan, backend and
-    version), else a fresh one at `out` (default `default_run_dir`).
+    version, and the same bytes of every loss file in `loss_code`), else a fresh one at `out`
+    (default `default_run_dir`). `loss_code` is `{arm: code provenance}` of the arms whose loss is
+    code (`conformance.user_loss.UserLossFn.code`), kept in manifest.json.
 
     `units` (the schedule's arm names) are checked first (`check_unit_paths`): a name whose
     files would land outside the directory is refused before the directory is even made."""
-    how = dict(backend=backend, force=force, rehearsal=rehearsal)
+    how = dict(backend=backend, force=force, rehearsal=rehearsal, loss_code=loss_code)
     root = resume or out or default_run_dir(plan_file, rehearsal=rehearsal is not None)
     check_unit_paths(root, units)
     try:
@@ -403,6 +406,7 @@ class RunDir:
         backend: str,
         force: bool,
         rehearsal: dict[str, Any] | None = None,
+        loss_code: dict[str, Any] | None = None,
     ) -> RunDir:
         """Make a fresh run directory holding a copy of the plan and a manifest (`rehearsal`:
         the record of a `--rehearse` run, which marks the directory as one)."""
@@ -426,7 +430,12 @@ class RunDir:
                 lock = acquire(tmp)
                 try:
                     cls(tmp)._write_new(
-                        plan_bytes, plan_file, backend=backend, force=force, rehearsal=rehearsal
+                        plan_bytes,
+                        plan_file,
+                        backend=backend,
+                        force=force,
+                        rehearsal=rehearsal,
+                        loss_code=loss_code,
                     )
                 except BaseException:
                     lock.release()
@@ -446,6 +455,7 @@ class RunDir:
         backend: str,
         force: bool,
         rehearsal: dict[str, Any] | None = None,
+        loss_code: dict[str, Any] | None = None,
     ) -> None:
         atomic_write_bytes(self.plan_path, plan_bytes)
         manifest = {
@@ -459,6 +469,8 @@ class RunDir:
             "resumed": [],
             "phases": {},
         }
+        if loss_code:
+            manifest["loss_code"] = loss_code
         if rehearsal is not None:
             manifest["rehearsal"] = rehearsal
             atomic_write_text(self.under("REHEARSAL.txt"), rehearsal_marker_text(rehearsal))
@@ -473,22 +485,32 @@ class RunDir:
         backend: str,
         force: bool,
         rehearsal: dict[str, Any] | None = None,
+        loss_code: dict[str, Any] | None = None,
     ) -> RunDir:
         """Open an existing run directory, refusing one made by another plan or losslab version,
-        and a rehearsal's directory for a real run (or a real run's for a rehearsal)."""
+        a rehearsal's directory for a real run (or a real run's for a rehearsal), and one whose
+        loss code has changed since (`loss_code`)."""
         root = Path(root)
         if not root.is_dir():
             raise ResumeRefused(f"--resume {root}: no such directory")
         run = cls(root)
         run.lock = acquire(root)
         try:
-            return run._open_locked(plan_file, backend=backend, force=force, rehearsal=rehearsal)
+            return run._open_locked(
+                plan_file, backend=backend, force=force, rehearsal=rehearsal, loss_code=loss_code
+            )
         except BaseException:
             run.release()
             raise
 
     def _open_locked(
-        self, plan_file: Path, *, backend: str, force: bool, rehearsal: dict[str, Any] | None
+        self,
+        plan_file: Path,
+        *,
+        backend: str,
+        force: bool,
+        rehearsal: dict[str, Any] | None,
+        loss_code: dict[str, Any] | None = None,
     ) -> RunDir:
         run, root = self, self.root
         if not run.manifest_path.exists() and run.plan_path.is_file():
@@ -525,6 +547,7 @@ class RunDir:
                 f"--resume {root}: the run used --backend {manifest.get('backend')}, "
                 f"not {backend}; the arms must run on one backend"
             )
+        refuse_changed_loss_code(root, manifest.get("loss_code") or {}, loss_code)
         manifest.setdefault("resumed", []).append(_now())
         manifest["force"] = bool(manifest.get("force")) or force
         run.write_manifest(manifest)
@@ -550,3 +573,21 @@ class RunDir:
             )
         refuse_secrets(plan_bytes, plan_file)
         self._write_new(plan_bytes, plan_file, backend=backend, force=force, rehearsal=rehearsal)
+
+
+def refuse_changed_loss_code(
+    root: Path, recorded: dict[str, Any], current: dict[str, Any] | None
+) -> None:
+    """ResumeRefused when an arm's loss code is not the code the run started with (its file's
+    sha256 differs, or the arm's loss was or is no longer code): the arms would train two
+    losses under one name."""
+    current = current or {}
+    for arm in sorted(set(recorded) | set(current)):
+        was, now = recorded.get(arm) or {}, current.get(arm) or {}
+        if was.get("sha256") != now.get("sha256"):
+            where = now.get("file") or was.get("file") or now.get("spec") or was.get("spec")
+            raise ResumeRefused(
+                f"--resume {root}: arm {arm!r}'s loss code {where} changed since the run started "
+                f"(sha256 {was.get('sha256')} then, {now.get('sha256')} now); restore the file "
+                "or start a new run"
+            )
