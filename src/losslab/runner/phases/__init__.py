@@ -13,6 +13,7 @@ from __future__ import annotations
 from losslab.runner.phases import (
     arms,
     decision,
+    dispatch,
     evaluation,
     feasibility,
     gate,
@@ -28,6 +29,7 @@ PHASES: tuple[Phase, ...] = check_table(
     (
         Phase("preflight", preflight.run, artifact="preflight.json"),
         Phase("restoration", restoration.run, artifact="restoration.json"),
+        Phase("dispatch", dispatch.run, artifact="dispatch.json"),
         Phase("pilot", pilot.run),
         Phase("feasibility", feasibility.run, needs=("pilot",), artifact="feasibility.json"),
         Phase("gate", gate.run, needs=("pilot",), artifact="pilot/gate.json"),
