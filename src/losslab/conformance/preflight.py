@@ -11,6 +11,10 @@ Values are compared in the reference's value convention (Stable-RL returns -A*sg
 the surrogate), gradients with the arm's loss as trained. Errors are computed in float64 and
 checked against the plan's `tolerances`; the report has the seed report's fields plus, per check,
 the tolerance used and pass/fail, and the share of tokens the clip and the mask fired on.
+
+Beside the references, every arm's loss object gets the reference-free property checks of
+`conformance.properties` (report key `properties`, rows `properties.<arm>.<check>`;
+docs/properties.md).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from losslab.conformance.frameworks import (
 from losslab.conformance.metrics import Tolerance, check_tolerance
 from losslab.conformance.ours import run_ours
 from losslab.conformance.pinned import PinnedSourceError, run_pinned
+from losslab.conformance.properties import property_rows, run_properties
 from losslab.conformance.provenance import provenance_of
 from losslab.plan import Plan, RevisionError, parse_revision
 from losslab.plan.user_loss import UserLossError
@@ -536,6 +541,7 @@ def run_preflight(
             )
         except (RevisionError, PinnedSourceError, UserLossError) as err:
             raise PreflightError(f"correctness_preflight path {path.id!r}: {err}") from err
+    properties = plan_properties(plan, losses, fixture=fixture, stress=stress_fixture)
     named = {
         parse_revision(getattr(p, key)).repo
         for p in plan.correctness_preflight.paths
@@ -543,12 +549,31 @@ def run_preflight(
     }
     return {
         "required": plan.correctness_preflight.required,
-        "passed": all(p["passed"] for p in paths),
+        "passed": all(p["passed"] for p in paths) and properties["passed"],
         "provenance": _merged_provenance(paths),
+        "properties": properties,
         "unused_sources": sorted(set(sources or {}) - named),
         "torch": torch.__version__,
         "paths": paths,
     }
+
+
+def plan_properties(
+    plan: Plan,
+    losses: Mapping[str, Any] | None = None,
+    *,
+    fixture: Fixture | None = None,
+    stress: Fixture | None = None,
+) -> dict[str, Any]:
+    """The property checks (`conformance.properties`) of every arm's loss object (`losses`,
+    default `arm_losses(plan)`: the objects the arms train), plus `arms_differ` between the
+    baseline and the treatment when the plan's arms differ in their loss (`switch` = loss)."""
+    from losslab.conformance.arm_losses import arm_losses
+
+    losses = losses if losses is not None else arm_losses(plan)
+    roles = plan.arm_roles() if plan.switch == "loss" else None
+    per_arm = {arm.name: losses[arm.name] for arm in plan.arms}
+    return run_properties(per_arm, roles, fixture=fixture, stress=stress)
 
 
 NOT_APPLICABLE = "the plan has no correctness_preflight paths"
@@ -565,7 +590,8 @@ def _violations_note(check: Mapping[str, Any]) -> str:
 
 def preflight_checks(report: Mapping[str, Any]) -> tuple[Check, ...]:
     """One row per check of every path: set A's, then the stress fixture's (`stress_<check>`);
-    measured are the three error metrics, bound the tolerance that was applied."""
+    measured are the three error metrics, bound the tolerance that was applied. Then one row
+    per property check (`properties.<arm>.<check>`, `properties.arms_differ`)."""
     rows = []
     for path in report["paths"]:
         stress = path.get("stress") or {"checks": {}, "errors": {}}
@@ -586,6 +612,8 @@ def preflight_checks(report: Mapping[str, Any]) -> tuple[Check, ...]:
                     note=_violations_note(chk),
                 )
             )
+    if "properties" in report:  # reports written before the property checks have none
+        rows.extend(property_rows(report["properties"]))
     return tuple(rows)
 
 

@@ -124,6 +124,10 @@ class ArmConfig:
     updates_per_batch: int = 2
     remove_constant_reward_groups: bool = False
     side_losses: Mapping[str, CustomLossFn] = field(default_factory=dict)
+    builtin: tuple[str, Mapping[str, float]] | None = None
+    """`(loss_fn, loss_fn_config)` of the backend built-in that trains the arm instead of
+    `loss_fn` (`engine.loss_path: builtin`, `losses.tinker_builtins.builtin_request`); `loss_fn`
+    then computes the arm's metrics on the log-probs the backend returns."""
 
     def __post_init__(self) -> None:
         for key in ("group_size", "groups_per_batch", "max_tokens", "updates_per_batch"):
@@ -478,9 +482,12 @@ def train_on_minibatches(
         where = f"arm {arm.name!r} step {step} update {u}"
         record: dict[str, float] = {"datums": float(len(minibatch_D))}
         t = time.perf_counter()
-        result = resolve(
-            training_client.forward_backward_custom(minibatch_D, _instrumented(arm, record))
-        )
+        if arm.builtin is None:
+            result = resolve(
+                training_client.forward_backward_custom(minibatch_D, _instrumented(arm, record))
+            )
+        else:
+            result = _builtin_update(training_client, minibatch_D, arm, record)
         times["time/forward_backward_s"] += time.perf_counter() - t
         _check_finite(record, (TRAINED_LOSS, GRAD_NORM), where + " (stopped before optim_step)")
         # Tinker-style "name:reduction" keys only (loss:sum, surrogate_loss:sum); the user
@@ -496,6 +503,26 @@ def train_on_minibatches(
         _check_finite(record, reported, where + " (after optim_step)")
         per_update.append(record)
     return per_update, times
+
+
+def _builtin_update(
+    training_client: TrainingClient,
+    minibatch_D: list[tinker.Datum],
+    arm: ArmConfig,
+    record: dict[str, float],
+) -> Any:
+    """One `forward_backward` with the arm's backend built-in; the arm's loss object then runs
+    on the log-probs the backend returned (no gradient reaches the backend from it), so the
+    record has the same keys as on the custom path."""
+    assert arm.builtin is not None
+    loss_fn, config = arm.builtin
+    result = resolve(training_client.forward_backward(minibatch_D, loss_fn, dict(config)))
+    logprobs_D = [
+        o["logprobs"].to_torch().to(torch.float32).reshape(-1).requires_grad_(True)
+        for o in result.loss_fn_outputs
+    ]
+    _instrumented(arm, record)(minibatch_D, logprobs_D)
+    return result
 
 
 STEP_MEANS = (

@@ -363,6 +363,11 @@ class EngineSettings(PlanModel):
     """A JSON price table (the form of `losslab/stats/tinker_prices.json`: date, source, USD per
     million prefill / sample / train tokens by model) for the Tinker cost; `None` uses the
     bundled, dated one. `plan show --prices` overrides both."""
+    loss_path: Literal["custom", "builtin"] = "custom"
+    """How the arms' losses reach the backend: `custom` (the client-side loss object through
+    `forward_backward_custom`) or `builtin` (the backend's own built-in of the same name through
+    `forward_backward(data, loss_fn, loss_fn_config)`; `losses.tinker_builtins` says which
+    losses have one). The dispatch fingerprint checks the path on the backend before the pilot."""
     local_base_model: str | None = None
     """Model a backend that embeds its model (`Backend.executes_local_base_model`, e.g. the local
     CPU backend) runs instead of `base_model`, e.g. a small GGUF/HF model; the gate's

@@ -384,6 +384,7 @@ class _Checker:
         self.check_names()
         self.check_engine()
         self.check_losses()
+        self.check_loss_path()
         self.errors.extend(recomputed_anchor_problems(self.d))
         self.check_batch_relations()
         self.check_preflight()
@@ -591,6 +592,21 @@ class _Checker:
                 if isinstance(name, str):  # any other name is pass 1's error (and unhashable)
                     self.losses[name] = resolved
                 self.resolved[f"arms[{i}].loss"] = resolved
+
+    def check_loss_path(self) -> None:
+        """`engine.loss_path: builtin` needs a Tinker built-in computing every arm's loss."""
+        if _dict(self.d.get("engine")).get("loss_path") != "builtin":
+            return
+        from losslab.losses.tinker_builtins import builtin_request
+
+        for where, resolved in self.resolved.items():
+            declaration = LOSSES.get(resolved.name)
+            if declaration is None:
+                continue  # not a registry loss: check_losses named it
+            try:
+                builtin_request(resolved.name, declaration.resolve(resolved.values))
+            except ValueError as exc:
+                self.err(where, f"engine.loss_path is 'builtin': {exc}")
 
     def check_batch_relations(self) -> None:
         steps = _int(self.d.get("steps"))

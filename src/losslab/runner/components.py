@@ -174,6 +174,11 @@ class DefaultComponents:
                 f"{self.base_model!r}: {e}"
             ) from e
 
+    def probe_client(self) -> Any:
+        """A fresh training client of the base model that no arm trains (the dispatch
+        fingerprint's forward-backward stays in it)."""
+        return self._create_client(self.schedule.treatment)
+
     def make_trainer(self, arm: str) -> BackendArmTrainer:
         config = arm_config(self.plan, self.losses, self.schedule, arm)
         task = self.task

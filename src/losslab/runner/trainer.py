@@ -17,6 +17,7 @@ import tinker
 from losslab.backends.protocols import Backend
 from losslab.engine import ArmConfig, ArmLoop, NonFiniteError, side_losses_for
 from losslab.losses import as_tinker_loss_fn
+from losslab.losses.tinker_builtins import builtin_request
 from losslab.runner.errors import BackendUnavailable, RunError
 from losslab.runner.protocols import Schedule
 from losslab.stats.feasibility import training_units
@@ -51,6 +52,9 @@ def arm_config(plan: Any, losses: dict[str, Any], schedule: Schedule, unit: str)
             for role in side_losses_for(plan.gate_metrics())
         }
     adam = plan.adam_config(arm)
+    builtin = None
+    if plan.engine.loss_path == "builtin":  # plan check made sure a built-in computes it
+        builtin = builtin_request(loss.name, loss.params)
     return ArmConfig(
         name=unit,
         loss_fn=as_tinker_loss_fn(loss),
@@ -63,6 +67,7 @@ def arm_config(plan: Any, losses: dict[str, Any], schedule: Schedule, unit: str)
         max_tokens=eng.max_tokens,
         updates_per_batch=arm.updates_per_batch,
         side_losses=side,
+        builtin=builtin,
     )
 
 

@@ -14,6 +14,7 @@ from losslab.runner.phases import (
     arms,
     audit,
     decision,
+    dispatch,
     evaluation,
     feasibility,
     gate,
@@ -29,6 +30,7 @@ PHASES: tuple[Phase, ...] = check_table(
     (
         Phase("preflight", preflight.run, artifact="preflight.json"),
         Phase("restoration", restoration.run, artifact="restoration.json"),
+        Phase("dispatch", dispatch.run, artifact="dispatch.json"),
         Phase("pilot", pilot.run, outputs=pilot.outputs),
         Phase("feasibility", feasibility.run, needs=("pilot",), artifact="feasibility.json"),
         Phase("gate", gate.run, needs=("pilot",), artifact="pilot/gate.json"),
