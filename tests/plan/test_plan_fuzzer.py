@@ -235,7 +235,8 @@ def test_the_fuzzer_makes_at_least_300_mutants_from_every_seed_plan() -> None:
 def test_every_mutant_is_rejected_at_its_path_or_rightly_accepted() -> None:
     wrong: list[str] = []
     for seed, family, path, value, data in MUTANTS:
-        result = check_plan_data(data)  # must not raise
+        # examples/ holds the seed plans and the loss files they name (my_dppo_plan.json)
+        result = check_plan_data(data, base_dir=REPO / "examples")  # must not raise
         assert result.ok == (result.plan is not None)
         for problem in result.errors:
             assert problem.path and problem.message and "\n" not in problem.message
