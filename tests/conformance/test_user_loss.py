@@ -362,3 +362,22 @@ def test_an_unknown_verl_config_field_is_refused_when_built(
     with pytest.raises(PreflightError, match="unknown parameter 'clip_ratio_x'") as err:
         run_preflight(plan, sources={"verl-project/verl": root}, offline=True)
     assert "clip_ratio, clip_ratio_low, clip_ratio_high, global_batch_info" in str(err.value)
+
+
+def test_provenance_records_the_git_commit_and_dirty_flag(tmp_path: Path) -> None:
+    plan = _setup(tmp_path)
+    assert check_plan_file(plan).plan.loss("treatment").user.git is None  # type: ignore[union-attr]
+    cfg = ["-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"]
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "add", "my_dppo_loss.py"], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), *cfg, "commit", "-q", "-m", "loss"], check=True)
+    head = subprocess.run(
+        ["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    user = check_plan_file(plan).plan.loss("treatment").user  # type: ignore[union-attr]
+    assert user.git == {"commit": head, "dirty": False, "root": str(tmp_path.resolve())}
+    assert f"(git {head[:12]})" in user.provenance()["summary"]
+    with (tmp_path / "my_dppo_loss.py").open("a") as fh:
+        fh.write("# an edit not committed\n")
+    user = check_plan_file(plan).plan.loss("treatment").user  # type: ignore[union-attr]
+    assert user.git["dirty"] is True and user.provenance()["summary"].endswith(", dirty)")
