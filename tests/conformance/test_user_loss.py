@@ -304,8 +304,15 @@ def verl_style_repo(tmp_path: Path) -> tuple[Path, str]:
     return root, commit
 
 
-def _verl_plan(tmp_path: Path, commit: str, args: str) -> Path:
+def _verl_plan(tmp_path: Path, commit: str, args: str, clip_gate: bool = False) -> Path:
+    """The example plan with the verl-style function as its GRPO arm; the gate's check on the
+    baseline's `loss/clip_fraction` (a key verl's function does not log) only if `clip_gate`."""
     plan = json.loads(PLAN.read_text())
+    if not clip_gate:
+        checks = plan["activation_gate"]["checks"]
+        plan["activation_gate"]["checks"] = [
+            c for c in checks if c["metric"] != "grpo_clip_fraction"
+        ]
     plan["arms"][0]["loss"] = (
         f"verl-project/verl@{commit}:verl/trainer/ppo/core_algos.py::"
         f"compute_policy_loss_vanilla({args})"
@@ -381,3 +388,13 @@ def test_provenance_records_the_git_commit_and_dirty_flag(tmp_path: Path) -> Non
         fh.write("# an edit not committed\n")
     user = check_plan_file(plan).plan.loss("treatment").user  # type: ignore[union-attr]
     assert user.git["dirty"] is True and user.provenance()["summary"].endswith(", dirty)")
+
+
+def test_a_gate_check_the_pinned_code_cannot_feed_is_refused_when_built(
+    tmp_path: Path, verl_style_repo: tuple[Path, str]
+) -> None:
+    root, commit = verl_style_repo
+    plan = _verl_plan(tmp_path, commit, "clip_ratio=0.2", clip_gate=True)
+    assert check_plan_file(plan).ok  # the pinned source is not had at plan check
+    with pytest.raises(PreflightError, match="'grpo_clip_fraction' reads 'loss/clip_fraction'"):
+        run_preflight(plan, sources={"verl-project/verl": root}, offline=True)
