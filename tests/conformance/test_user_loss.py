@@ -398,3 +398,58 @@ def test_a_gate_check_the_pinned_code_cannot_feed_is_refused_when_built(
     assert check_plan_file(plan).ok  # the pinned source is not had at plan check
     with pytest.raises(PreflightError, match="'grpo_clip_fraction' reads 'loss/clip_fraction'"):
         run_preflight(plan, sources={"verl-project/verl": root}, offline=True)
+
+
+LOSSLAB_FORM = """
+from losslab.losses import get_loss
+
+# losslab's DPPO configured as Stable-RL's compute_policy_loss_with_mask (the plan's reference)
+_DPPO = get_loss(
+    "dppo_binary_tv", low=0.15, high=0.15, clip_ratio_c=10.0, log_ratio_guard="upper",
+    zero_adv="negative", surrogate="logprob",
+)
+
+
+def my_loss(batch, scale=1.0):
+    out = _DPPO(batch)
+    return out.loss * scale, {"dppo/mask_fraction_nonzero_adv": out.metrics["dppo/mask_fraction_nonzero_adv"]}
+"""
+
+VERL_FORM_FILE = VERL_STYLE_CORE.replace(
+    "from verl.trainer.config import AlgoConfig\nimport verl.utils.torch_functional as verl_F\n",
+    "class AlgoConfig:\n    pass\n\n\nclass verl_F:\n    masked_mean = staticmethod("
+    "lambda values, mask: (values * mask).sum() / mask.sum())\n",
+)
+
+
+@pytest.mark.parametrize(
+    ("role", "source", "spec", "signature"),
+    [
+        (1, LOSSLAB_FORM, "my_loss(scale=1.0)", "losslab"),
+        (0, VERL_FORM_FILE, "compute_policy_loss_vanilla(clip_ratio=0.2)", "verl"),
+    ],
+)
+def test_each_signature_is_detected_in_a_file_and_checked(
+    tmp_path: Path, role: int, source: str, spec: str, signature: str
+) -> None:
+    """losslab's own form as the DPPO arm, a verl policy loss as the GRPO arm, both as files."""
+    assert "import verl" not in VERL_FORM_FILE  # self-contained: its helpers are inline
+    (tmp_path / "code.py").write_text(source.lstrip("\n"))
+    plan = json.loads(PLAN.read_text())
+    plan["arms"][role]["loss"] = f"code.py::{spec}"
+    if role == 0:  # verl's function logs actor/pg_clipfrac, not the gate's loss/clip_fraction
+        checks = plan["activation_gate"]["checks"]
+        plan["activation_gate"]["checks"] = [
+            c for c in checks if c["metric"] != "grpo_clip_fraction"
+        ]
+        plan["arms"][1]["loss"] = "dppo_divergence_mask"
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    result = check_plan_file(path)
+    assert result.ok, result.errors
+    arm = result.plan.arms[role].name  # type: ignore[union-attr]
+    assert result.plan.loss(arm).user.signature.kind == signature  # type: ignore[union-attr]
+    report = _preflight(path)
+    assert report["passed"], report["paths"][0]["errors"]
+    side = "treatment" if role == 1 else "baseline"
+    assert report["paths"][0]["implementation"][side]["code"]["signature"] == signature
