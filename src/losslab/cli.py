@@ -417,6 +417,12 @@ def run(
         "of the plan's architecture (minutes). Catches crashes before GPU hours are spent; "
         "its verdict is not evidence and its run directory cannot be resumed as a real run.",
     ),
+    source: list[str] | None = typer.Option(
+        None,
+        "--source",
+        help="owner/repo=PATH: a git checkout to read a pinned reference or an arm's pinned loss "
+        "function from instead of losslab's source cache; repeatable.",
+    ),
     tracker: str | None = typer.Option(
         None,
         "--tracker",
@@ -444,6 +450,7 @@ def run(
     if out is not None and resume is not None:
         typer.echo("error: pass either --out (a new run) or --resume (an existing one)", err=True)
         raise typer.Exit(2)
+    sources = _parse_sources_or_exit(source)
     try:
         run_plan(
             Path(plan),
@@ -455,6 +462,7 @@ def run(
             data=Path(data) if data else None,
             rehearse=rehearse,
             tracker=tracker,
+            sources=sources,
         )
     except PlanError as e:
         typer.echo(f"error: plan {plan} is not valid:\n{e}", err=True)

@@ -453,3 +453,29 @@ def test_each_signature_is_detected_in_a_file_and_checked(
     assert report["passed"], report["paths"][0]["errors"]
     side = "treatment" if role == 1 else "baseline"
     assert report["paths"][0]["implementation"][side]["code"]["signature"] == signature
+
+
+def test_run_source_reads_the_pinned_loss_from_the_checkout(
+    tmp_path: Path, verl_style_repo: tuple[Path, str]
+) -> None:
+    """`losslab run --source owner/repo=PATH` reaches the arms' losses and the run's preflight
+    (tests have no fetchable remote, so without it the pinned function could not be had)."""
+    from types import SimpleNamespace
+
+    from losslab.runner.components import DefaultComponents
+    from losslab.runner.errors import RunError
+    from losslab.runner.phases import preflight
+
+    root, commit = verl_style_repo
+    plan = _verl_plan(tmp_path, commit, "clip_ratio=0.2")
+    with pytest.raises(RunError, match="could not fetch commit"):
+        _ = DefaultComponents(plan, "local").losses
+    comp = DefaultComponents(plan, "local", sources={"verl-project/verl": root})
+    assert comp.losses["grpo_seed0"].code["obtained"] == f"checkout {root}"
+    result = preflight.run(SimpleNamespace(comp=comp))
+    code = result.artifact["paths"][0]["implementation"]["baseline"]["code"]
+    assert code["commit"] == commit and code["obtained"] == f"checkout {root}"
+    res = runner.invoke(
+        app, ["run", str(plan), "--source", "not-a-pair", "--out", str(tmp_path / "r")]
+    )
+    assert res.exit_code == 2 and not (tmp_path / "r").exists()

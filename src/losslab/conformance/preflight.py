@@ -590,7 +590,11 @@ def preflight_checks(report: Mapping[str, Any]) -> tuple[Check, ...]:
 
 
 def preflight_phase(
-    plan: Plan, losses: Mapping[str, Any] | None = None, *, allow_rederivation: bool = True
+    plan: Plan,
+    losses: Mapping[str, Any] | None = None,
+    *,
+    allow_rederivation: bool = True,
+    sources: Mapping[str, Path] | None = None,
 ) -> PhaseResult:
     """The run's correctness preflight: `run_preflight` on the plan and the loss objects the
     arms train (`losses`), its report as the artifact, one `Check` per compared quantity.
@@ -603,7 +607,9 @@ def preflight_phase(
     cp = plan.correctness_preflight
     if cp is None or not cp.paths:
         return PhaseResult.not_applicable(NOT_APPLICABLE)
-    report = run_preflight(plan, losses=losses, allow_rederivation=allow_rederivation)
+    report = run_preflight(
+        plan, sources=sources, losses=losses, allow_rederivation=allow_rederivation
+    )
     return PhaseResult(report, checks=preflight_checks(report), required=cp.required)
 
 

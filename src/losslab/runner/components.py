@@ -14,6 +14,7 @@ import importlib.metadata as md
 import os
 import platform
 import time
+from collections.abc import Mapping
 from dataclasses import asdict
 from functools import cached_property
 from pathlib import Path
@@ -69,8 +70,17 @@ def check_task_sizes(task: Any, n_eval: int, data: Any) -> None:
 class DefaultComponents:
     """Components for `run_plan` from a plan file and a backend name (`losslab.backends.BACKENDS`)."""
 
-    def __init__(self, plan_file: Path, backend: str, data: Path | None = None) -> None:
+    def __init__(
+        self,
+        plan_file: Path,
+        backend: str,
+        data: Path | None = None,
+        sources: Mapping[str, Path] | None = None,
+    ) -> None:
         self.backend_impl = _backend(backend, "")
+        # `--source owner/repo=PATH`: checkouts the preflight's references and an arm's pinned
+        # loss function are read from instead of losslab's source cache
+        self.sources = dict(sources or {})
         self.plan_file = Path(plan_file)
         self.plan = load_plan(self.plan_file)  # PlanError lists every problem, incl. features
         if self.plan.engine.backend is not None:
@@ -102,7 +112,7 @@ class DefaultComponents:
         """`{arm: LossFn}` built once from the plan's resolved losses: the preflight checks
         these objects and the arms train them (`losslab.conformance.arm_losses`)."""
         try:
-            return arm_losses(self.plan)
+            return arm_losses(self.plan, sources=self.sources)
         except ValueError as e:
             raise LossBuildError(f"the plan's losses cannot be built: {e}") from e
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import errno
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -86,6 +86,7 @@ def run_plan(
     components_factory: ComponentsFactory | None = None,
     rehearse: bool = False,
     tracker: str | None = None,
+    sources: Mapping[str, Path] | None = None,
 ) -> RunResult:
     """Run (or resume) the experiment in `plan_file`; returns the run directory and verdict.
 
@@ -107,6 +108,8 @@ def run_plan(
         tracker: "wandb" or "trackio" mirrors every metrics.jsonl row to that tracker (its own
             offline settings apply); None (default) logs to the run directory only. Do not use
             it for runs whose metrics must stay on this machine with wandb online.
+        sources: `{"owner/repo": checkout}` (`--source`): the pinned references and an arm's
+            pinned loss function are read from these checkouts instead of losslab's cache.
 
     Raises:
         RunError (and subclasses), PlanError: with a message fit for the user.
@@ -115,7 +118,7 @@ def run_plan(
         plan_file = Path(plan_file)
         if not plan_file.is_file():
             raise RunError(f"plan file {plan_file} does not exist")
-        factory = components_factory or _default_factory(data, rehearse)
+        factory = components_factory or _default_factory(data, rehearse, sources)
         components = factory(plan_file, backend)  # validates the plan before any write
         if BASE_MODEL in components.schedule.arms:
             raise RunError(
@@ -146,14 +149,16 @@ def run_plan(
         return _run_in(run, components, intro, f"{command} --resume {run.root}", quiet, mirror)
 
 
-def _default_factory(data: Path | None, rehearse: bool) -> ComponentsFactory:
+def _default_factory(
+    data: Path | None, rehearse: bool, sources: Mapping[str, Path] | None = None
+) -> ComponentsFactory:
     if rehearse:
         from losslab.runner.rehearsal import RehearsalComponents
 
-        return partial(RehearsalComponents, data=data)
+        return partial(RehearsalComponents, data=data, sources=sources)
     from losslab.runner.components import DefaultComponents
 
-    return partial(DefaultComponents, data=data)
+    return partial(DefaultComponents, data=data, sources=sources)
 
 
 def _run_in(

@@ -11,6 +11,7 @@ from losslab.runner.protocols import PhaseContext
 def run(ctx: PhaseContext) -> PhaseResult:
     # the plan and the loss objects the arms train: one source of truth
     try:
-        return preflight_phase(ctx.comp.plan, ctx.comp.losses)
+        sources = getattr(ctx.comp, "sources", None)  # `losslab run --source`
+        return preflight_phase(ctx.comp.plan, ctx.comp.losses, sources=sources)
     except PreflightError as e:
         raise RunError(f"correctness preflight could not run: {e}") from e
