@@ -497,8 +497,8 @@ def run(
     source: list[str] | None = typer.Option(
         None,
         "--source",
-        help="owner/repo=PATH: a git checkout (or bare git dir) the correctness preflight "
-        "executes the pinned source from instead of fetching it; repeatable. Without it an "
+        help="owner/repo=PATH: a git checkout (or bare git dir) to read a pinned reference or an "
+        "arm's pinned loss function from instead of fetching it; repeatable. Without it an "
         "offline run re-derives the reference, and the console and report say so.",
     ),
     tracker: str | None = typer.Option(

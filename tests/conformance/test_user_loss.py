@@ -304,8 +304,15 @@ def verl_style_repo(tmp_path: Path) -> tuple[Path, str]:
     return root, commit
 
 
-def _verl_plan(tmp_path: Path, commit: str, args: str) -> Path:
+def _verl_plan(tmp_path: Path, commit: str, args: str, clip_gate: bool = False) -> Path:
+    """The example plan with the verl-style function as its GRPO arm; the gate's check on the
+    baseline's `loss/clip_fraction` (a key verl's function does not log) only if `clip_gate`."""
     plan = json.loads(PLAN.read_text())
+    if not clip_gate:
+        checks = plan["activation_gate"]["checks"]
+        plan["activation_gate"]["checks"] = [
+            c for c in checks if c["metric"] != "grpo_clip_fraction"
+        ]
     plan["arms"][0]["loss"] = (
         f"verl-project/verl@{commit}:verl/trainer/ppo/core_algos.py::"
         f"compute_policy_loss_vanilla({args})"
@@ -362,3 +369,113 @@ def test_an_unknown_verl_config_field_is_refused_when_built(
     with pytest.raises(PreflightError, match="unknown parameter 'clip_ratio_x'") as err:
         run_preflight(plan, sources={"verl-project/verl": root}, offline=True)
     assert "clip_ratio, clip_ratio_low, clip_ratio_high, global_batch_info" in str(err.value)
+
+
+def test_provenance_records_the_git_commit_and_dirty_flag(tmp_path: Path) -> None:
+    plan = _setup(tmp_path)
+    assert check_plan_file(plan).plan.loss("treatment").user.git is None  # type: ignore[union-attr]
+    cfg = ["-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"]
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "add", "my_dppo_loss.py"], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), *cfg, "commit", "-q", "-m", "loss"], check=True)
+    head = subprocess.run(
+        ["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    user = check_plan_file(plan).plan.loss("treatment").user  # type: ignore[union-attr]
+    assert user.git == {"commit": head, "dirty": False, "root": str(tmp_path.resolve())}
+    assert f"(git {head[:12]})" in user.provenance()["summary"]
+    with (tmp_path / "my_dppo_loss.py").open("a") as fh:
+        fh.write("# an edit not committed\n")
+    user = check_plan_file(plan).plan.loss("treatment").user  # type: ignore[union-attr]
+    assert user.git["dirty"] is True and user.provenance()["summary"].endswith(", dirty)")
+
+
+def test_a_gate_check_the_pinned_code_cannot_feed_is_refused_when_built(
+    tmp_path: Path, verl_style_repo: tuple[Path, str]
+) -> None:
+    root, commit = verl_style_repo
+    plan = _verl_plan(tmp_path, commit, "clip_ratio=0.2", clip_gate=True)
+    assert check_plan_file(plan).ok  # the pinned source is not had at plan check
+    with pytest.raises(PreflightError, match="'grpo_clip_fraction' reads 'loss/clip_fraction'"):
+        run_preflight(plan, sources={"verl-project/verl": root}, offline=True)
+
+
+LOSSLAB_FORM = """
+from losslab.losses import get_loss
+
+# losslab's DPPO configured as Stable-RL's compute_policy_loss_with_mask (the plan's reference)
+_DPPO = get_loss(
+    "dppo_binary_tv", low=0.15, high=0.15, clip_ratio_c=10.0, log_ratio_guard="upper",
+    zero_adv="negative", surrogate="logprob",
+)
+
+
+def my_loss(batch, scale=1.0):
+    out = _DPPO(batch)
+    return out.loss * scale, {"dppo/mask_fraction_nonzero_adv": out.metrics["dppo/mask_fraction_nonzero_adv"]}
+"""
+
+VERL_FORM_FILE = VERL_STYLE_CORE.replace(
+    "from verl.trainer.config import AlgoConfig\nimport verl.utils.torch_functional as verl_F\n",
+    "class AlgoConfig:\n    pass\n\n\nclass verl_F:\n    masked_mean = staticmethod("
+    "lambda values, mask: (values * mask).sum() / mask.sum())\n",
+)
+
+
+@pytest.mark.parametrize(
+    ("role", "source", "spec", "signature"),
+    [
+        (1, LOSSLAB_FORM, "my_loss(scale=1.0)", "losslab"),
+        (0, VERL_FORM_FILE, "compute_policy_loss_vanilla(clip_ratio=0.2)", "verl"),
+    ],
+)
+def test_each_signature_is_detected_in_a_file_and_checked(
+    tmp_path: Path, role: int, source: str, spec: str, signature: str
+) -> None:
+    """losslab's own form as the DPPO arm, a verl policy loss as the GRPO arm, both as files."""
+    assert "import verl" not in VERL_FORM_FILE  # self-contained: its helpers are inline
+    (tmp_path / "code.py").write_text(source.lstrip("\n"))
+    plan = json.loads(PLAN.read_text())
+    plan["arms"][role]["loss"] = f"code.py::{spec}"
+    if role == 0:  # verl's function logs actor/pg_clipfrac, not the gate's loss/clip_fraction
+        checks = plan["activation_gate"]["checks"]
+        plan["activation_gate"]["checks"] = [
+            c for c in checks if c["metric"] != "grpo_clip_fraction"
+        ]
+        plan["arms"][1]["loss"] = "dppo_divergence_mask"
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    result = check_plan_file(path)
+    assert result.ok, result.errors
+    arm = result.plan.arms[role].name  # type: ignore[union-attr]
+    assert result.plan.loss(arm).user.signature.kind == signature  # type: ignore[union-attr]
+    report = _preflight(path)
+    assert report["passed"], report["paths"][0]["errors"]
+    side = "treatment" if role == 1 else "baseline"
+    assert report["paths"][0]["implementation"][side]["code"]["signature"] == signature
+
+
+def test_run_source_reads_the_pinned_loss_from_the_checkout(
+    tmp_path: Path, verl_style_repo: tuple[Path, str]
+) -> None:
+    """`losslab run --source owner/repo=PATH` reaches the arms' losses and the run's preflight
+    (tests have no fetchable remote, so without it the pinned function could not be had)."""
+    from types import SimpleNamespace
+
+    from losslab.runner.components import DefaultComponents
+    from losslab.runner.errors import RunError
+    from losslab.runner.phases import preflight
+
+    root, commit = verl_style_repo
+    plan = _verl_plan(tmp_path, commit, "clip_ratio=0.2")
+    with pytest.raises(RunError, match="could not fetch commit"):
+        _ = DefaultComponents(plan, "local").losses
+    comp = DefaultComponents(plan, "local", sources={"verl-project/verl": root})
+    assert comp.losses["grpo_seed0"].code["obtained"] == f"checkout {root}"
+    result = preflight.run(SimpleNamespace(comp=comp))
+    code = result.artifact["paths"][0]["implementation"]["baseline"]["code"]
+    assert code["commit"] == commit and code["obtained"] == f"checkout {root}"
+    res = runner.invoke(
+        app, ["run", str(plan), "--source", "not-a-pair", "--out", str(tmp_path / "r")]
+    )
+    assert res.exit_code == 2 and not (tmp_path / "r").exists()

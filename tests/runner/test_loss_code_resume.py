@@ -84,3 +84,28 @@ def test_run_plan_records_the_code_and_refuses_the_changed_file_on_resume(
     (tmp_path / "my_dppo_loss.py").write_text(USER_FILE.read_text() + "\n# edited\n")
     with pytest.raises(ResumeRefused, match="my_dppo_loss.py"):
         run_module.run_plan(plan, backend="local", resume=tmp_path / "run")
+
+
+def test_the_report_names_the_code_each_arm_trained(tmp_path: Path) -> None:
+    """report.json's `loss_code` and the report's "your code: ..." line come from manifest.json."""
+    from losslab.report import build_report
+    from losslab.runner import run_plan
+    from runner._fake_components import factory, write_fake_plan
+
+    run_plan(
+        write_fake_plan(tmp_path / "plan.json"),
+        out=tmp_path / "run",
+        quiet=True,
+        components_factory=factory(),
+    )
+    code = _loss_code(_code_plan(tmp_path))["dppo_seed0"]
+    manifest_path = tmp_path / "run" / "manifest.json"
+    manifest = read_json(manifest_path)
+    manifest["loss_code"] = {"treatment_arm": code}
+    manifest_path.write_text(json.dumps(manifest))
+    build_report(tmp_path / "run")
+    facts = read_json(tmp_path / "run" / "report.json")
+    assert facts["loss_code"]["treatment_arm"]["sha256"] == code["sha256"]
+    html = (tmp_path / "run" / "report.html").read_text()
+    assert f"your code: my_dppo_loss.py::dppo_loss @ sha256 {code['sha256'][:12]}" in html
+    assert 'id="loss-code"' in html

@@ -50,4 +50,25 @@ def arm_losses(
             out[arm.name] = build_loss(resolved)
         except ValueError as exc:
             raise ValueError(f"arms[{arm.name!r}].loss {resolved.plan_name!r}: {exc}") from exc
+    _refuse_gate_keys_code_never_logs(plan, out)
     return out
+
+
+def _refuse_gate_keys_code_never_logs(plan: Plan, losses: Mapping[str, Any]) -> None:
+    """A gate check on a loss metric whose arm's loss is code that never names the key: plan
+    check refuses it for a file or module; a pinned function's source is only had now. The
+    pilot would otherwise stop at the gate after the preflights and the pilot's steps."""
+    for metric, known in plan.gate_metrics().items():
+        role = known.loss_role
+        if role is None or known.logged_key is None:
+            continue
+        arm = plan.arm(role).name
+        loss = losses.get(arm)
+        names_key = getattr(loss, "names_key", None)
+        if names_key is not None and not names_key(known.logged_key):
+            raise ValueError(
+                f"arms[{arm!r}].loss {plan.loss(arm).plan_name!r}: activation_gate metric "
+                f"{metric!r} reads {known.logged_key!r} from the {role} arm's loss, whose source "
+                f"never names that key; it logs only what it returns, so drop the check or "
+                "log the key"
+            )

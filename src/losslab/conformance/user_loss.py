@@ -91,6 +91,12 @@ class UserLossFn:
     provenance: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
     code: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """The code's provenance record (`UserLossRef.provenance()`, plus a pinned commit's)."""
+    source_text: str = field(default="", repr=False, compare=False)
+    """The source that was loaded (the file, or a pinned function's extracted definitions)."""
+
+    def names_key(self, key: str) -> bool:
+        """Whether the source names the metric `key` as a string literal (it may log it)."""
+        return f'"{key}"' in self.source_text or f"'{key}'" in self.source_text
 
     needs_policy_inputs = True
 
@@ -155,9 +161,8 @@ class UserLossFn:
             "config": _Config(fields),
             **direct,
         }
-        if "loss_agg_mode" in accepted:
+        if "loss_agg_mode" in accepted:  # verl's default; with the batch info above, a sum
             kwargs["loss_agg_mode"] = self.params.get("loss_agg_mode", "token-mean")
-            fields.pop("loss_agg_mode", None)
         if "rollout_is_weights" in accepted:
             kwargs["rollout_is_weights"] = None
         return self.fn(**kwargs)
@@ -234,12 +239,14 @@ def load_user_loss(
     if ref.kind == "pinned":
         fn, pinned, info = _load_pinned(ref, sources or {}, offline)
         ref = replace(ref, signature=info, sha256=pinned["sha256"])
+        text = pinned.pop("source_text")
         code = {**ref.provenance(), **pinned}
         where = f"{ref.repo}@{(ref.commit or '')[:12]}:{ref.path}"
     else:
         fn = _load_file(ref) if ref.kind == "file" else _load_module(ref)
         where = str(ref.file)
         code = ref.provenance()
+        text = Path(str(ref.file)).read_text(encoding="utf-8")
     kind = _signature_kind(fn, ref, where)
     loss = UserLossFn(
         name=ref.function,
@@ -249,6 +256,7 @@ def load_user_loss(
         user=ref,
         provenance={k: "plan" for k in ref.kwargs},
         code=code,
+        source_text=text,
     )
     _probe(loss)
     return loss
@@ -396,5 +404,6 @@ def _load_pinned(
         "obtained": getattr(files, "obtained", f"checkout {checkout}"),
         "extracted": {m.path: m.sha256 for m in modules},
         "summary": f"pinned code: {label} (file sha256 {root.sha256[:12]})",
+        "source_text": "\n".join(m.code for m in modules),
     }
     return fn, record, info

@@ -42,7 +42,11 @@ def plan_summary(plan: Plan, decision_notes: Sequence[str] = ()) -> str:
         role_src = "plan" if arm.role else "default: position"
         lines.append(f"  {role:<9} {arm.name}  ({role_src})")
         lines.append(f"            loss {arm.loss}")
-        lines.append(f"              -> {resolved.spec}  [{resolved.source}]")
+        if resolved.user is not None:  # code: what plan check read, not a registry spec
+            sig = resolved.user.signature.kind if resolved.user.signature else "read when built"
+            lines.append(f"              -> {resolved.user.provenance()['summary']}  [{sig}]")
+        else:
+            lines.append(f"              -> {resolved.spec}  [{resolved.source}]")
     shared = plan.arms[0]
     shared_fields = {
         "seed": shared.seed,

@@ -14,6 +14,7 @@ import importlib.metadata as md
 import os
 import platform
 import time
+from collections.abc import Mapping
 from dataclasses import asdict
 from functools import cached_property
 from pathlib import Path
@@ -75,10 +76,12 @@ class DefaultComponents:
         plan_file: Path,
         backend: str,
         data: Path | None = None,
-        sources: dict[str, Path] | None = None,
+        sources: Mapping[str, Path] | None = None,
     ) -> None:
         self.backend_impl = _backend(backend, "")
-        self.sources = dict(sources or {})  # owner/repo -> checkout the preflight executes
+        # `--source owner/repo=PATH`: checkouts the preflight's references and an arm's pinned
+        # loss function are read from instead of losslab's source cache
+        self.sources = dict(sources or {})
         self.plan_file = Path(plan_file)
         self.plan = load_plan(self.plan_file)  # PlanError lists every problem, incl. features
         if self.plan.engine.backend is not None:
@@ -114,7 +117,7 @@ class DefaultComponents:
         """`{arm: LossFn}` built once from the plan's resolved losses: the preflight checks
         these objects and the arms train them (`losslab.conformance.arm_losses`)."""
         try:
-            return arm_losses(self.plan)
+            return arm_losses(self.plan, sources=self.sources)
         except ValueError as e:
             raise LossBuildError(f"the plan's losses cannot be built: {e}") from e
 

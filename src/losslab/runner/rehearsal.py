@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from functools import cached_property, partial
 from pathlib import Path
@@ -224,9 +225,9 @@ class RehearsalComponents(DefaultComponents):
         data: Path | None = None,
         scale: RehearsalScale | None = None,
         model_cache: Path | None = None,
-        sources: dict[str, Path] | None = None,
+        sources: Mapping[str, Path] | None = None,
     ) -> None:
-        super().__init__(plan_file, "local", data, sources)  # a rehearsal always runs locally
+        super().__init__(plan_file, "local", data, sources)  # the rehearsal always runs locally
         self.requested_backend = backend
         self.scale = scale or RehearsalScale()
         self.full_plan = self.plan

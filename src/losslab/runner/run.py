@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import errno
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -88,7 +88,7 @@ def run_plan(
     components_factory: ComponentsFactory | None = None,
     rehearse: bool = False,
     tracker: str | None = None,
-    sources: dict[str, Path] | None = None,
+    sources: Mapping[str, Path] | None = None,
 ) -> RunResult:
     """Run (or resume) the experiment in `plan_file`; returns the run directory and verdict.
 
@@ -110,9 +110,9 @@ def run_plan(
         tracker: "wandb" or "trackio" mirrors every metrics.jsonl row to that tracker (its own
             offline settings apply); None (default) logs to the run directory only. Do not use
             it for runs whose metrics must stay on this machine with wandb online.
-        sources: {"owner/repo": a git checkout or bare git dir} the correctness preflight
-            executes the pinned commit from, instead of fetching it (`--source`); a source that
-            still cannot be had is re-derived, and the console and the report say so.
+        sources: `{"owner/repo": checkout}` (`--source`): the pinned references and an arm's
+            pinned loss function are read from these checkouts instead of losslab's cache; a
+            reference that still cannot be had is re-derived, and the console and report say so.
 
     Raises:
         RunError (and subclasses), PlanError: with a message fit for the user.
@@ -161,7 +161,7 @@ def run_plan(
 
 
 def _default_factory(
-    data: Path | None, rehearse: bool, sources: dict[str, Path] | None = None
+    data: Path | None, rehearse: bool, sources: Mapping[str, Path] | None = None
 ) -> ComponentsFactory:
     if rehearse:
         from losslab.runner.rehearsal import RehearsalComponents
