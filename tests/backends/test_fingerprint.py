@@ -4,11 +4,13 @@ bounds (or whose custom path hands the loss other data) is caught at the token i
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
 import pytest
 import torch
+from tinker import types
 
 from losslab.backends.fingerprint import (
     PROBE_ADVANTAGES,
@@ -128,3 +130,32 @@ def test_only_losses_a_builtin_computes_can_take_the_builtin_path():
         builtin_request("ppo", get_loss("ppo", reduction="token-mean").params)
     with pytest.raises(ValueError, match="surrogate='ratio'"):
         builtin_request("ppo", get_loss("ppo", surrogate="ratio").params)
+
+
+def test_the_engine_trains_the_builtin_path_and_logs_the_loss_metrics(client):
+    """`engine.loss_path: builtin`: each update is the backend's `forward_backward(data, "ppo",
+    config)`; the arm's loss object runs on the returned log-probs for the record, so the
+    backend's loss:sum and the declared loss agree and the loss's metric keys are there."""
+    from losslab.engine import ArmConfig, train_on_minibatches
+    from losslab.engine.rl import TRAINED_LOSS
+    from losslab.losses import as_tinker_loss_fn
+
+    from .conftest import rl_batch
+
+    loss = get_loss("ppo")
+    arm = ArmConfig(
+        name="grpo",
+        loss_fn=as_tinker_loss_fn(loss),
+        loss_name="ppo",
+        updates_per_batch=1,
+        builtin=builtin_request("ppo", loss.params),
+    )
+    data = []
+    for d in rl_batch():  # the engine's datums carry the loss mask (its policy statistics read it)
+        advantages = d.loss_fn_inputs["advantages"].to_torch()
+        mask = types.TensorData.from_torch((advantages != 0).float())
+        data.append(dataclasses.replace(d, loss_fn_inputs={**d.loss_fn_inputs, "mask": mask}))
+    (record,), _ = train_on_minibatches(client, data, arm, step=0)
+    assert record[TRAINED_LOSS] == pytest.approx(record["backend/loss:sum"], rel=1e-5)
+    assert 0 < record["loss/clip_fraction"] < 1  # rl_batch: datums 0 and 1 are clipped, 2 not
+    assert record["optim/step:max"] == 1.0  # one optim_step ran

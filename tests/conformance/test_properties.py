@@ -13,6 +13,7 @@ import torch
 
 from losslab.conformance.fixtures import generate_fixture, stress_spec
 from losslab.conformance.properties import (
+    PROPERTY_CHECKS,
     arms_differ,
     finite_on_stress,
     mask_equals_removal,
@@ -127,8 +128,7 @@ def test_masking_equals_removal_catches_rejected_tokens_in_the_denominator():
     broken = _broken(_rejected_in_denominator, "token-mean")
     result = mask_equals_removal(broken, SET_A)
     assert not result.passed and "masked token still counts" in result.note
-    # the same loss passes where nothing is masked inside a datum: the check is what catches it
-    assert minibatch_invariance(get_loss("ppo", reduction="token-mean"), SET_A).passed
+    # the built-in token mean counts only loss tokens
     assert mask_equals_removal(get_loss("ppo", reduction="token-mean"), SET_A).passed
 
 
@@ -221,3 +221,26 @@ def test_plan_report_names_arms_and_passes():
     assert report["passed"] and set(report["arms"]) == {"grpo", "dppo"}
     assert report["plan"]["arms_differ"]["passed"]
     assert report["fixture_sha256"] == SET_A.sha256()
+
+
+def test_the_preflight_phase_runs_the_properties_on_the_arms_own_loss_objects():
+    """The phase checks the objects the arms train; without pinned paths it checks them alone."""
+    from pathlib import Path
+
+    from losslab.conformance.arm_losses import arm_losses
+    from losslab.conformance.preflight import preflight_phase
+    from losslab.plan import load_plan
+
+    plan = load_plan(Path(__file__).resolve().parents[2] / "examples" / "gsm8k_dppo_vs_grpo.json")
+    plan = plan.model_copy(update={"correctness_preflight": None})
+    losses = arm_losses(plan)
+    treatment = plan.arm_roles()["treatment"]
+    grpo = losses[plan.arm_roles()["baseline"]]
+    # the treatment silently the baseline (trl #7271), as the runner would hand it over
+    losses[treatment] = LossFn(name="dppo_binary_tv", params=dict(grpo.params), fn=grpo.fn)
+    result = preflight_phase(plan, losses)
+    assert result.applicable and result.first_failure is not None
+    assert result.first_failure.name == "properties.arms_differ"
+    names = [c.name for c in result.checks]
+    assert names[:6] == [f"properties.{plan.arms[0].name}.{n}" for n in PROPERTY_CHECKS]
+    assert result.record()["properties"]["plan"]["arms_differ"]["passed"] is False

@@ -135,6 +135,7 @@ class FakeComponents:
         fakes = {
             "preflight": self.preflight,
             "restoration": self.restoration,
+            "dispatch": self.dispatch,
             "gate": self.gate,
             "feasibility": self.feasibility,
             "audit": self.audit,
@@ -151,6 +152,12 @@ class FakeComponents:
     def restoration(self, ctx: PhaseContext) -> PhaseResult:
         check = Check("logprob max |diff|", 0.0, "<= 1e-06", passed=True)
         return PhaseResult({}, checks=[check])
+
+    def dispatch(self, ctx: PhaseContext) -> PhaseResult:
+        rows = [
+            Check(f"{arm}.dispatch", 0.0, "rtol 0.0001", passed=True) for arm in self.plan["arms"]
+        ]
+        return PhaseResult({}, checks=rows)
 
     def make_trainer(self, arm: str) -> FakeTrainer:
         lr = 0.05 if self.schedule.plan_arm(arm) == self.plan["arms"][1] else 0.01

@@ -57,7 +57,7 @@ def test_rehearsal_runs_every_phase_and_is_marked(tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["environment"]["torch_threads"] == 1  # what the rehearsal ran on
     phases = {k: v["status"] for k, v in manifest["phases"].items()}
-    expected = {"preflight", "restoration", "pilot", "feasibility", "gate", "arms"}
+    expected = {"preflight", "restoration", "dispatch", "pilot", "feasibility", "gate", "arms"}
     assert expected | {"evaluation", "decision", "report"} <= set(phases)
     assert set(phases.values()) <= {"done", "forced"}  # a failed check is recorded, not a stop
     assert manifest["rehearsal"]["model"]["model_type"] == "llama"  # SmolLM2's architecture

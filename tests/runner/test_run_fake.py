@@ -29,6 +29,7 @@ ARTIFACTS = [
     "pilot/gate.json",
     "feasibility.json",
     "executed_config.json",
+    "dispatch.json",
     "arms/base/metrics.jsonl",
     "arms/treat/metrics.jsonl",
     "eval_base.jsonl",
@@ -55,6 +56,7 @@ def test_complete_run_writes_every_artifact(plan: Path, tmp_path: Path) -> None:
         for p in (
             "preflight",
             "restoration",
+            "dispatch",
             "pilot",
             "feasibility",
             "gate",

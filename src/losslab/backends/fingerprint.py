@@ -180,6 +180,9 @@ def _result(
         return FingerprintResult(arm, path, True, measured, None, note)
     where = f" first at datum {first[0]} token {first[1]}" if first else ""
     note = f"arm {arm!r}: the backend's {path} path is not the declared {label}:{where} ({what})"
+    # first in the record: the run's stop message (runner.errors.CheckFailed) prints `measured`
+    head = {"first_differing_token": {"datum": first[0], "token": first[1]}} if first else {}
+    measured = {**head, "mismatch": what, **measured}
     return FingerprintResult(arm, path, False, measured, first, note)
 
 

@@ -631,12 +631,17 @@ def preflight_phase(
     with the labelled re-derivation (`allow_rederivation`), which the report's `provenance`
     states ("pinned source NOT executed"); `sources` ({"owner/repo": checkout}, `losslab run
     --source`) executes a pinned commit from a local checkout instead; `losslab preflight` is
-    the strict check. A plan with
-    `correctness_preflight.required: false` records failures without stopping the run.
+    the strict check. A plan with `correctness_preflight.required: false` records failures
+    without stopping the run. A plan without paths gets the property checks alone
+    (`plan_properties`).
     """
     cp = plan.correctness_preflight
     if cp is None or not cp.paths:
-        return PhaseResult.not_applicable(NOT_APPLICABLE)
+        # no pinned reference to compare with: the reference-free property checks still run
+        properties = plan_properties(plan, losses)
+        facts = {"note": NOT_APPLICABLE, "properties": properties}
+        required = cp.required if cp is not None else True
+        return PhaseResult(facts, checks=property_rows(properties), required=required)
     report = run_preflight(
         plan, sources=sources, losses=losses, allow_rederivation=allow_rederivation
     )

@@ -361,6 +361,12 @@ def _preflight(artifact: dict[str, Any] | None, summary: dict[str, Any] | None) 
                 ]
             )
         )
+    rows = artifact.get("checks") or []
+    properties = [c for c in rows if str(c.get("check")).startswith("properties.")]
+    if properties:  # conformance.properties, docs/properties.md
+        passed = all(c.get("passed") for c in properties)
+        out.append("<h3>Property checks of every arm's loss</h3>")
+        out.append(_checks_table({"checks": properties, "passed": passed}, "The property checks"))
     return "".join(out)
 
 
