@@ -15,6 +15,7 @@ SEED_PLAN = REPO_ROOT / "examples" / "gsm8k_dppo_vs_grpo.json"
 # (arm-0 loss, the refusal's expected tail or None for accepted)
 CASES = [
     ("gspo(level=token, epsilon_low=0.2, epsilon_high=0.28)", None),
+    ("gspo(level=sequence, log_ratio_guard=verl)", None),
     ("gspo(level=tokens)", "gspo: level='tokens' is not valid; expected one of sequence, token"),
     ("luspo(epsilon_high=0.0004)", None),
     ("cispo_eps(epsilon_meaning=one_plus_eps, epsilon_high=4.0)", None),
