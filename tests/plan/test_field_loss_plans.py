@@ -51,6 +51,11 @@ CASES += [
     ("clip_cov(clip_cov_lb=6.0)", "clip_cov: clip_cov_lb=6.0 must be <= clip_cov_ub=5.0"),
     ("m2po(tau=0.04)", None),
     ("m2po(tau=0)", "m2po: tau=0: expected a value > 0"),
+    # the engine trains on sampler log-probs only: the recomputed ratio pair is refused
+    (
+        "icepop(anchor=recomputed, clip_low=0.8, clip_high=1.2)",
+        "anchors on recomputed old log-probs, which the engine never computes; use anchor=sampler",
+    ),
 ]
 
 _PROBE = """
