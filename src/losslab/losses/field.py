@@ -87,7 +87,7 @@ def _share(t: PackedTokens, flag_T: Tensor) -> float:
     return int((flag_T & t.loss_T).sum()) / n if n else 0.0
 
 
-def _sequence_share_mean(t: PackedTokens, x_D: Tensor) -> float:
+def _mean_over_sequences(t: PackedTokens, x_D: Tensor) -> float:
     """Mean of a per-datum value over datums with a loss token (0 with none)."""
     on_D = loss_counts_D(t) > 0
     return float(x_D.detach()[on_D].double().mean()) if bool(on_D.any()) else 0.0
@@ -149,7 +149,7 @@ def _gspo_loss(
     t = pack(batch)
     s_T, s_D = gspo_ratio(t, level, guard)
     loss_T, keep_T = clipped_surrogate(t, s_T, 1 - epsilon_low, 1 + epsilon_high, zero_adv)
-    metrics = {"gspo/seq_ratio_mean": _sequence_share_mean(t, s_D)}
+    metrics = {"gspo/seq_ratio_mean": _mean_over_sequences(t, s_D)}
     return TokenLoss(t, loss_T, keep_T, t.sampler_logprobs_T, metrics)
 
 
@@ -538,7 +538,7 @@ def gmpo(
         leaves_down_T=log_ratio_T.detach() < -log_ratio_low,
         zero_adv=zero_adv,
     )
-    metrics = {"gmpo/seq_ratio_mean": _sequence_share_mean(t, g_D)}
+    metrics = {"gmpo/seq_ratio_mean": _mean_over_sequences(t, g_D)}
     return TokenLoss(t, loss_T, keep_T, t.sampler_logprobs_T, metrics)
 
 
