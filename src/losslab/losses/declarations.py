@@ -85,6 +85,7 @@ STANDARD_METRICS: tuple[str, ...] = (
     "ratio/q90",
     "drift/abs_p_q50",
     "drift/abs_p_q90",
+    "loss/pg_grad_norm",
 )
 """The keys every loss logs (`losses.policy._output` computes them; docs/interfaces.md)."""
 
