@@ -56,6 +56,30 @@ CONFIGS = {
         "kl_cov",
         {"kl_cov_ratio": 0.2, "kl_coef": 1.0, "log_ratio_guard": "none", "reduction": "sum"},
     ),
+    # the same 4.0 is two caps: verl's/SkyRL's clip_ratio_high=4.0 is 1 + ε (cap 5), Tinker's
+    # documented cispo threshold 4.0 is the cap itself
+    "verl_cispo": (
+        "cispo_eps",
+        {
+            "epsilon_meaning": "one_plus_eps",
+            "epsilon_low": 1.0,
+            "epsilon_high": 4.0,
+            "reduction": "sum",
+        },
+    ),
+    "skyrl_cispo": (
+        "cispo_eps",
+        {
+            "epsilon_meaning": "one_plus_eps",
+            "epsilon_low": 1.0,
+            "epsilon_high": 4.0,
+            "reduction": "sum",
+        },
+    ),
+    "tinker_cispo": (
+        "cispo_eps",
+        {"epsilon_meaning": "absolute_cap", "epsilon_high": 4.0, "reduction": "sum"},
+    ),
 }
 RANDOM_DRAW = {"skyrl_clip_cov", "verl_clip_cov"}  # verl/SkyRL draw from torch's global RNG
 
@@ -84,7 +108,7 @@ def _cells(row: dict, loss: str, params: dict) -> dict[str, dict]:
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_the_configuration_reproduces_the_framework(name: str) -> None:
     row = _rows()[name]
-    assert row["executed"] and row["reference"], row["provenance"]
+    assert row["reference"], row["provenance"]  # executed source, or Tinker's documented formula
     loss, params = CONFIGS[name]
     for fixture, cell in _cells(row, loss, params).items():
         assert cell["value_agrees"], (name, fixture, cell["reference_loss"], cell["losslab_loss"])
@@ -108,3 +132,13 @@ def test_the_guard_and_coefficient_are_what_makes_them_agree() -> None:
     assert stress["tokens_differing"] > 0
     set_a = _cells(rows["verl_kl_cov"], "kl_cov", {"log_ratio_guard": "none", "reduction": "sum"})
     assert set_a["set_a"]["tokens_differing"] > 0  # kl_coef 1.0 on verl's selected token
+
+
+@pytest.mark.parametrize("name", ["verl_cispo", "skyrl_cispo", "tinker_cispo"])
+def test_the_other_epsilon_meaning_breaks_the_cispo_row(name: str) -> None:
+    """epsilon_high=4.0 read with the other meaning (cap 4 vs 5) no longer reproduces the row."""
+    loss, params = CONFIGS[name]
+    other = "absolute_cap" if params["epsilon_meaning"] == "one_plus_eps" else "one_plus_eps"
+    swapped = {"epsilon_meaning": other, "epsilon_high": 4.0, "reduction": "sum"}
+    cells = _cells(_rows()[name], loss, swapped)
+    assert any(c["tokens_differing"] > 0 for c in cells.values())
