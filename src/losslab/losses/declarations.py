@@ -387,6 +387,10 @@ _FIELD = "losslab.losses.field"
 CispoMeaning = Literal["absolute_cap", "one_plus_eps"]
 DrGrpoConstant = Literal["max_completion_length", "max_seq_len", "padded_width"]
 GspoLevel = Literal["sequence", "token"]
+GspoGuard = Literal["upper", "verl", "none"]
+"""How GSPO guards exp(log s): "upper" losslab's straight-through clamp at 20; "verl" verl's
+`torch.clamp(log s, max=10)` (value capped at e^10, NO gradient beyond); "none" TRL's plain
+exp (inf beyond 88.7 in float32)."""
 CorrectionLevel = Literal["token", "sequence"]
 CorrectionMode = Literal["truncate", "mask"]
 
@@ -452,6 +456,7 @@ GSPO_PARAMS: dict[str, Domain] = {
     "level": Choice.of(GspoLevel, "sequence"),
     "epsilon_low": Number(3e-4, min=0.0),
     "epsilon_high": Number(4e-4, min=0.0),
+    "log_ratio_guard": Choice.of(GspoGuard, "upper"),
     "zero_adv": _ZERO_ADV,
 }
 GSPO = declare(
@@ -571,6 +576,7 @@ GMPO = declare(
     params={
         "log_ratio_low": Number(0.4, min=0.0),
         "log_ratio_high": Number(0.4, min=0.0),
+        "log_ratio_guard": Choice.of(LogRatioGuard, "upper"),
         "zero_adv": _ZERO_ADV,
     },
     extra_metrics=("gmpo/seq_ratio_mean",),
@@ -580,7 +586,11 @@ GMPO = declare(
 KL_COV = declare(
     "kl_cov",
     f"{_FIELD}:kl_cov",
-    params={"kl_cov_ratio": Number(2e-4, min=0.0, max=1.0), "kl_coef": Number(1.0, min=0.0)},
+    params={
+        "kl_cov_ratio": Number(2e-4, min=0.0, max=1.0),
+        "kl_coef": Number(1.0, min=0.0),
+        "log_ratio_guard": Choice.of(LogRatioGuard, "upper"),
+    },
     extra_metrics=("kl_cov/selected_fraction",),
     reduction="token-mean",
     batch_scope="batch",
@@ -595,6 +605,7 @@ CLIP_COV = declare(
         "clip_cov_lb": Number(1.0),
         "clip_cov_ub": Number(5.0),
         "seed": Number(0.0, min=0.0),
+        "log_ratio_guard": Choice.of(LogRatioGuard, "upper"),
         "zero_adv": _ZERO_ADV,
     },
     extra_metrics=("clip_cov/selected_fraction",),
