@@ -408,6 +408,16 @@ MUTATIONS: list[tuple[str, Mutation, str, str]] = [
         "arms[1].name",
         "only in case",
     ),
+    (
+        "arm-name-is-another-arms-seed-unit",
+        both(
+            setv("decision_rule.seeds", [0, 1]),
+            setv("arms[1].name", "grpo_seed0.seed1"),
+            setv(f"{REST}[1].name", "grpo_seed0.seed1"),
+        ),
+        "arms[1].name",
+        "runs under at seed 1",
+    ),
     ("task-unknown", setv("dataset.name", "nosuch_task"), "dataset.name", "is not a task"),
     (
         "task-rg-traversal",

@@ -146,6 +146,27 @@ def test_a_lone_surrogate_stops_losslab_run_before_any_work(tmp_path: Path) -> N
     assert not out.exists()
 
 
+def test_losslab_run_refuses_a_traversal_arm_name_before_writing(tmp_path: Path) -> None:
+    """Before: the run wrote eval rows over victim_data/train.jsonl beside the run directory and
+    checkpoints two levels up, then exited 0."""
+    victim = tmp_path / "victim_data" / "train.jsonl"
+    victim.parent.mkdir()
+    victim.write_text('{"question": "mine"}\n', encoding="utf-8")
+    data = json.loads((SEED_PLAN.parent / "arithmetic_dppo_vs_grpo_local.json").read_text())
+    data["arms"][0]["name"] = "../../victim_data/train"
+    for group in data["restoration_preflight"]["groups"]:
+        group["arms"][0]["name"] = "../../victim_data/train"
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(data), encoding="utf-8")
+    out = tmp_path / "runs" / "r"
+    result = CliRunner().invoke(app, ["run", str(plan), "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "arms[0].name: '../../victim_data/train' contains '/', a path separator" in result.output
+    assert not out.exists() and not (tmp_path / "runs").exists()
+    assert victim.read_text(encoding="utf-8") == '{"question": "mine"}\n'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json", "victim_data"]
+
+
 def _json_escaped(text: str) -> str:
     return "".join(f"\\u{ord(c):04x}" for c in text)
 

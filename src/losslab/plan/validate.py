@@ -468,6 +468,36 @@ class _Checker:
                     "case-insensitive file system both arms would share one folder",
                 )
             folded.setdefault(key, i)
+        self.check_seed_unit_names()
+
+    def check_seed_unit_names(self) -> None:
+        """With several `decision_rule.seeds` an arm runs as `<name>.seed<s>` at each seed but
+        its own (`runner.trainer.seed_schedule`); an arm already named so would share that
+        unit's folder and eval file, one run silently overwriting the other."""
+        seeds = list(
+            dict.fromkeys(
+                s
+                for s in _list(_dict(self.d.get("decision_rule")).get("seeds"))
+                if _int(s) is not None
+            )
+        )
+        if len(seeds) < 2:
+            return
+        names = {
+            _dict(a).get("name"): i
+            for i, a in enumerate(self.arms)
+            if isinstance(_dict(a).get("name"), str)
+        }
+        for name, i in names.items():
+            seed = _int(_dict(self.arms[i]).get("seed"))
+            for s in seeds:
+                unit = f"{name}.seed{s}"
+                if s != seed and unit in names:
+                    self.err(
+                        f"arms[{names[unit]}].name",
+                        f"{unit!r} is also the name arms[{i}] ({name!r}) runs under at seed {s} "
+                        "(decision_rule.seeds); both would write one folder: rename the arm",
+                    )
 
     def check_engine(self) -> None:
         """The backend and the task are names from their registries, checked here rather than
