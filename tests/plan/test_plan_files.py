@@ -77,6 +77,17 @@ def test_a_directory_is_refused(tmp_path: Path) -> None:
     assert "Traceback" not in result.output
 
 
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root reads a file of mode 000"
+)
+def test_a_plan_file_without_read_permission_is_refused(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.json"
+    plan.write_text(SEED_PLAN.read_text(encoding="utf-8"), encoding="utf-8")
+    plan.chmod(0)
+    result = CliRunner().invoke(app, ["plan", "check", str(plan)])
+    assert result.exit_code == 2 and "Permission denied" in result.output
+
+
 def test_a_symlink_to_the_plan_is_read(tmp_path: Path) -> None:
     link = tmp_path / "plan.json"
     link.symlink_to(SEED_PLAN)

@@ -51,7 +51,7 @@ import pytest
 
 from losslab.backends.registry import BACKENDS
 from losslab.plan import check_plan_data, check_plan_file, check_plan_text
-from losslab.plan.names import MAX_NAME_CHARS
+from losslab.plan.names import MAX_NAME_CHARS, unsafe_name_reason
 from losslab.plan.semantics import MAX_DEPTH
 
 REPO = Path(__file__).resolve().parents[2]
@@ -219,6 +219,9 @@ UNSAFE_NAMES = [
     "a\nb",
     "~",
     "$HOME",
+    "grpo.",
+    "CON",
+    "com1.log",
 ]
 
 BAD_STRING_INSERTS = ["\x00", "\x1b", "\x07", "\x7f", "\ud800", "\udfff", "\udbff"]
@@ -262,7 +265,7 @@ def _rename_arms(data: dict[str, Any], rng: random.Random) -> list[str]:
         name = rng.choice(string.ascii_letters + string.digits) + "".join(
             rng.choice(alphabet) for _ in range(length - 1)
         )
-        if name.casefold() not in {n.casefold() for n in new}:
+        if name.casefold() not in {n.casefold() for n in new} and unsafe_name_reason(name) is None:
             new.append(name)
     old = [a["name"] for a in data["arms"]]
     mapping = dict(zip(old, new, strict=True))
