@@ -67,9 +67,20 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     return root, head.strip()
 
 
-def test_registry_has_the_five_frameworks() -> None:
-    assert set(registry()) == {"stable_rl", "verl", "skyrl", "prime_rl", "spindle"}
+def test_registry_has_the_registered_frameworks() -> None:
+    assert set(registry()) == {
+        "stable_rl",
+        "verl",
+        "verl_registry",
+        "skyrl",
+        "skyrl_registry",
+        "prime_rl",
+        "spindle",
+        "tinker",
+    }
     assert framework_for("NovaSky-AI/SkyRL", "dppo_policy_loss").name == "skyrl"
+    assert framework_for("NovaSky-AI/SkyRL", "gspo_policy_loss").name == "skyrl_registry"
+    assert framework_for("verl-project/verl", "compute_policy_loss_gspo").name == "verl_registry"
     assert framework_for("verl-project/verl", "compute_policy_loss_dppo_kl").name == "verl"
     with pytest.raises(
         RevisionError,

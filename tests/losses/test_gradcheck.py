@@ -47,6 +47,32 @@ PARAMS = [
     ("dppo_binary_kl", {}),
     ("dppo_binary_kl", {"surrogate": "logprob", "low": 0.01, "high": 0.12, "clip_ratio_c": 0.5}),
     ("dppo_binary_kl", {"anchor": "recomputed", "low": 0.01, "high": 0.01}),
+    # the field's losses (losses/field.py). GSPO's sequence ratios are e^-0.12 = 0.887 and
+    # e^0.145 = 1.156, far from 1 ± 3e-4/4e-4 and from 0.8/1.2.
+    # (GSPO-token's value sg(s_d)·e^(ℓ − sg ℓ) is not a function whose derivative is its
+    # gradient when A varies within a sequence; test_field_losses.py checks it by hand.)
+    ("gspo", {}),
+    ("gspo", {"epsilon_low": 0.2, "epsilon_high": 0.2}),
+    ("luspo", {"epsilon_low": 0.2, "epsilon_high": 0.2}),
+    ("cispo_eps", {"epsilon_high": 0.5}),  # absolute cap 0.5 < every r: w saturated
+    ("dr_grpo", {}),
+    ("dr_grpo", {"constant": "padded_width"}),
+    ("dapo", {}),
+    ("dual_clip_ppo", {"clip_ratio_c": 1.5}),
+    # the sampler-anchored weight w = r has the gradient of its value only where it is not
+    # truncated (like `surrogate="ratio"` above c), so caps sit above every r or mask
+    ("icepop", {}),
+    ("icepop", {"low": 0.6, "high": 1.5}),
+    ("icepop", {"anchor": "recomputed", "clip_low_threshold": 0.8, "clip_high_threshold": 1.2}),
+    ("rollout_correction", {"cap": 10.0}),
+    ("rollout_correction", {"mode": "mask", "lower": 0.6, "cap": 1.5}),
+    ("sapo", {}),
+    ("gmpo", {"log_ratio_low": 0.5, "log_ratio_high": 0.5}),  # |Δ| 0.4 sits on the default
+    # the batch-scoped selections are piecewise constant: no covariance within 1e-3 of a tie,
+    # of the Clip-Cov bounds, and the M2PO mask's remaining second moment is 0.030 (τ 0.04)
+    ("kl_cov", {"kl_cov_ratio": 0.25}),
+    ("clip_cov", {"clip_cov_ratio": 0.25, "clip_cov_lb": -5.0}),
+    ("m2po", {}),
 ]
 
 
@@ -69,7 +95,7 @@ def _batch(lp_D: tuple[torch.Tensor, ...]) -> TokenData:
 
 def test_batch_is_far_from_every_threshold() -> None:
     """Guard for gradcheck: no loss token within 1e-3 of a threshold that PARAMS uses."""
-    ratio_thresholds = [0.5, 0.8, 1.0, 1.2, 1.5, 2.5, 10.0]
+    ratio_thresholds = [0.5, 0.6, 0.8, 1.0, 1.2, 1.28, 1.5, 2.5, 5.0, 10.0]
     tv_thresholds = {"sampler": [0.05, 0.1, 0.15], "recomputed": [0.05]}
     kl_thresholds = {"sampler": [0.01, 0.05, 0.12], "recomputed": [0.01]}
     for lp, s, o, m in zip(

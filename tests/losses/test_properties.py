@@ -1,7 +1,8 @@
 """Properties that hold for every loss and reduction (hypothesis):
 
 * minibatch gradients, each reduced with the FULL batch's counts, sum to the full-batch gradient
-  (and the losses sum to the full-batch loss);
+  (and the losses sum to the full-batch loss), for every loss whose declared batch scope is
+  "token" (a "batch"-scoped loss refuses such counts: tests/losses/test_field_losses.py);
 * a loss is invariant to padding: extra masked tokens, holding garbage (NaN, inf), before or
   after a datum's tokens change nothing, and get a zero gradient;
 * a loss is invariant to the order of datums (gradients and kept masks move with their datum).
@@ -18,6 +19,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from losslab.losses import LOSS_NAMES, REDUCTIONS, TokenData, get_loss
+from losslab.losses.declarations import LOSSES as DECLARATIONS
 
 F64 = torch.float64
 
@@ -114,11 +116,12 @@ def _minibatch_sum_matches(fn, data: Rows, split: int) -> None:
 @given(data=rows(), loss=LOSSES, split_at=st.floats(0, 1))
 def test_minibatch_gradients_sum_to_the_full_batch(reduction, data, loss, split_at):
     assume(len(data) >= 2)  # both minibatches non-empty (an empty TokenData is a ValueError)
+    assume(DECLARATIONS[loss[0]].batch_scope == "token")
     fn = get_loss(loss[0], reduction=reduction, **loss[1])
     _minibatch_sum_matches(fn, data, 1 + min(int(split_at * (len(data) - 1)), len(data) - 2))
 
 
-@pytest.mark.parametrize("name", LOSS_NAMES)
+@pytest.mark.parametrize("name", [n for n in LOSS_NAMES if DECLARATIONS[n].batch_scope == "token"])
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 def test_minibatch_sum_every_loss_and_reduction(name, reduction):
     """Deterministic companion: every (loss, reduction) pair on one fixed batch, split 2 + 2."""

@@ -30,7 +30,7 @@ def test_registry_names_match_the_interface():
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "interfaces.md").read_text()
     listed = doc.split("Registry names:", 1)[1].split(". Reductions", 1)[0]
-    assert tuple(re.findall(r"`([a-z_]+)`", listed)) == LOSS_NAMES == tuple(LOSSES)
+    assert tuple(re.findall(r"`([a-z0-9_]+)`", listed)) == LOSS_NAMES == tuple(LOSSES)
     tinker_builtins = set(get_args(tinker.types.LossFnType)) - set(LOCAL_BUILTINS) - {"custom"}
     assert tinker_builtins <= set(LOSS_NAMES)
 

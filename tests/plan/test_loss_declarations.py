@@ -68,7 +68,9 @@ def _non_default(declaration: LossDeclaration) -> dict[str, Any]:
     numbers + 0.125 (inside every declared lower bound; the ordered pairs move together), None
     -> 512, choices -> another option. `recomputed` anchors are skipped: the engine trains on
     sampler log-probs only, so a plan refuses them (tests/plan/test_recompute_refused.py).
-    Infinite defaults stay (ppo's clipped surrogate has no cap)."""
+    Infinite defaults stay (ppo's clipped surrogate has no cap). Where a rule refuses the
+    moved numbers (dr_grpo's max_prompt_length is read only with constant="max_seq_len"), only
+    the choices move."""
     out: dict[str, Any] = {}
     for key, domain in declaration.params.items():
         if isinstance(domain, Choice):
@@ -79,6 +81,10 @@ def _non_default(declaration: LossDeclaration) -> dict[str, Any]:
             out[key] = 512.0
         elif isinstance(domain, Number) and domain.default != float("inf"):
             out[key] = domain.default + 0.125
+    try:
+        declaration.resolve(out)
+    except ValueError:  # a rule ties a number to a choice (read only under another option)
+        out = {k: v for k, v in out.items() if isinstance(declaration.params[k], Choice)}
     return out
 
 

@@ -17,7 +17,7 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -69,6 +69,9 @@ class FixtureSpec:
             anchor conventions separate. 0 (default): no old log-probs (old = sampler).
         old_seed: seed of the old log-prob draws.
         masked_seq_idx: a sequence whose loss mask is all zero (None: none).
+        advantage_scale: factor on the drawn advantages (1: set A, whose 16 draws have std
+            1.00043, so a loss that re-normalises advantages to std 1 looks right on it; the
+            atlas stress fixture uses 2.5).
     """
 
     seed: int = 0
@@ -86,6 +89,7 @@ class FixtureSpec:
     old_noise_sd: float = 0.0
     old_seed: int = 1
     masked_seq_idx: int | None = None
+    advantage_scale: float = 1.0
 
     def __post_init__(self) -> None:
         def bad(name: str, expected: str) -> ValueError:
@@ -119,6 +123,13 @@ class FixtureSpec:
             and self.old_noise_sd >= 0
         ):
             raise bad("old_noise_sd", "a finite number >= 0")
+        if not (
+            isinstance(self.advantage_scale, (int, float))
+            and not isinstance(self.advantage_scale, bool)
+            and math.isfinite(self.advantage_scale)
+            and self.advantage_scale > 0
+        ):
+            raise bad("advantage_scale", "a finite number > 0")
         if len(self.mixture_weights) != len(self.mixture_scales) or not self.mixture_weights:
             raise bad("mixture_weights", "as many weights as mixture_scales")
         if abs(sum(self.mixture_weights) - 1.0) > 1e-9:
@@ -152,7 +163,12 @@ class FixtureSpec:
 
     def to_generator_block(self) -> dict[str, Any]:
         block = asdict(self)
-        for key, default in (("old_noise_sd", 0.0), ("old_seed", 1), ("masked_seq_idx", None)):
+        for key, default in (
+            ("old_noise_sd", 0.0),
+            ("old_seed", 1),
+            ("masked_seq_idx", None),
+            ("advantage_scale", 1.0),
+        ):
             if block[key] == default:  # set A's block stays as the team's golden file has it
                 del block[key]
         block["mixture_weights"] = list(self.mixture_weights)
@@ -312,6 +328,8 @@ def generate_fixture(spec: FixtureSpec | None = None) -> Fixture:
         current = np.where(response, current_response, prompt_current).astype(np.float32)
         rows.append((sampler, current, response.astype(np.float32), prompt))
     advantages = rng.normal(0.0, 1.0, size=spec.n_seq).astype(np.float32)
+    if spec.advantage_scale != 1.0:
+        advantages = (advantages * np.float32(spec.advantage_scale)).astype(np.float32)
     if spec.zero_adv_idx is not None:
         advantages[spec.zero_adv_idx] = 0.0
     for tok in spec.extreme_tokens:
@@ -363,6 +381,28 @@ def stress_spec() -> FixtureSpec:
         for k, (sampler, current) in enumerate(STRESS_PAIRS)
     )
     return FixtureSpec(extreme_tokens=tokens, old_noise_sd=0.3, old_seed=1, masked_seq_idx=7)
+
+
+# (sampler -> current) log-prob pair the atlas stress fixture adds at position 24 of sequences 0
+# (A > 0) and 1 (A < 0): log r = +91 > 88.72 = log(float32 max), so an unguarded exp gives inf
+# and the log-ratio guards "none" and "upper" (exp(min(log r, 20))) differ on it.
+OVERFLOW_PAIR = (-92.0, -1.0)
+OVERFLOW_POS = 24
+ATLAS_ADVANTAGE_SCALE = 2.5
+
+
+def atlas_stress_spec() -> FixtureSpec:
+    """The atlas's stress fixture: `stress_spec()` plus the `OVERFLOW_PAIR` at position 24 of
+    sequences 0 and 1, and the advantages scaled by 2.5 (std 2.50, not 1.00043), so a loss
+    that re-normalises the advantages changes the gradient. A new fixture: the golden files
+    made from `stress_spec()` keep theirs."""
+    base = stress_spec()
+    overflow = tuple(ExtremeToken(seq, OVERFLOW_POS, *OVERFLOW_PAIR) for seq in (0, 1))
+    return replace(
+        base,
+        extreme_tokens=base.extreme_tokens + overflow,
+        advantage_scale=ATLAS_ADVANTAGE_SCALE,
+    )
 
 
 def token_tensors(

@@ -8,7 +8,9 @@
 
 Losses: importance_sampling, ppo, cispo, dro, cross_entropy (Tinker built-ins, sums over tokens;
 the function of the registry's `cross_entropy` is `cross_entropy_loss`) and dppo_binary_tv,
-dppo_binary_kl (DPPO, arXiv 2602.04879). See docs/interfaces.md. Each is a function in
+dppo_binary_kl (DPPO, arXiv 2602.04879), and the field's losses in `field.py` (gspo, luspo,
+cispo_eps, dr_grpo, dapo, dual_clip_ppo, icepop, rollout_correction, sapo, gmpo, kl_cov,
+clip_cov, m2po; docs/losses.md). See docs/interfaces.md. Each is a function in
 `policy.py` bound by `@loss_function` to its declaration in `declarations.py` (parameters,
 domains, metric keys; stdlib only).
 

@@ -36,6 +36,7 @@ __all__ = [
     "REDUCTION_PARAMS",
     "STANDARD_METRICS",
     "Anchor",
+    "BatchScope",
     "Choice",
     "LogRatioGuard",
     "LossDeclaration",
@@ -59,6 +60,7 @@ Surrogate = Literal["ratio", "logprob"]
 PpoSurrogate = Literal["clipped", "ratio", "logprob"]
 ZeroAdvantage = Literal["keep", "negative"]
 Anchor = Literal["sampler", "recomputed"]
+BatchScope = Literal["token", "batch"]
 LogRatioGuard = Literal["upper", "both", "zero_grad", "none"]
 """How a DPPO loss guards exp(ℓ − ℓ_a) against overflow (four conventions in the wild, team notes
 dppo_implementations.md §2.3):
@@ -83,6 +85,7 @@ STANDARD_METRICS: tuple[str, ...] = (
     "ratio/q90",
     "drift/abs_p_q50",
     "drift/abs_p_q90",
+    "loss/pg_grad_norm",
 )
 """The keys every loss logs (`losses.policy._output` computes them; docs/interfaces.md)."""
 
@@ -193,6 +196,11 @@ class LossDeclaration:
     rules: tuple[Rule, ...] = ()
     reads_policy_inputs: bool = True
     """Whether it reads sampler log-probs and advantages (False: cross-entropy)."""
+    batch_scope: BatchScope = "token"
+    """"token": per-token/per-sequence terms, so minibatches reduced with global counts sum to
+    the full batch; "batch": a statistic over the whole optimizer batch (M2PO's second moment,
+    the Cov losses' top-k) decides the mask, so `loss_function` refuses global counts larger
+    than the batch it is given (a gradient-accumulation split would run another algorithm)."""
     defaults: dict[str, Any] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -238,6 +246,11 @@ REDUCTION_DOMAINS: dict[str, Domain] = {
 }
 
 
+def _reduction_domains(default: Reduction) -> dict[str, Domain]:
+    """`REDUCTION_DOMAINS` with the loss's own default reduction (its paper's aggregation)."""
+    return {**REDUCTION_DOMAINS, "reduction": Choice.of(Reduction, default)}
+
+
 def declare(
     name: str,
     function: str,
@@ -246,8 +259,14 @@ def declare(
     extra_metrics: tuple[str, ...] = (),
     rules: tuple[Rule, ...] = (),
     reads_policy_inputs: bool = True,
+    reduction: Reduction = "sum",
+    batch_scope: BatchScope = "token",
 ) -> LossDeclaration:
     """Declare and register the loss `name` (the module docstring shows a call).
+
+    `reduction` is the default of its `reduction` parameter (Tinker's built-ins: "sum"; the
+    field's losses: their paper's aggregation, e.g. DAPO's "token-mean"); `batch_scope` see
+    `LossDeclaration.batch_scope`.
 
     Raises:
         ValueError: the name is taken, a parameter is a reduction one, or a default is outside
@@ -263,10 +282,11 @@ def declare(
     declaration = LossDeclaration(
         name=name,
         function=function,
-        params={**params, **REDUCTION_DOMAINS},
+        params={**params, **_reduction_domains(reduction)},
         metrics=STANDARD_METRICS + tuple(extra_metrics),
         rules=tuple(rules),
         reads_policy_inputs=reads_policy_inputs,
+        batch_scope=batch_scope,
     )
     declaration.resolve(declaration.defaults)  # defaults must satisfy their domains and rules
     LOSSES[name] = declaration
@@ -354,3 +374,240 @@ def _declare_dppo(name: str, threshold: float) -> LossDeclaration:
 
 DPPO_BINARY_TV = _declare_dppo("dppo_binary_tv", 0.15)  # the paper's / verl's TV threshold
 DPPO_BINARY_KL = _declare_dppo("dppo_binary_kl", 0.05)  # the paper's KL threshold
+
+
+# --- the field's policy losses (their functions: losslab.losses.field; docs/losses.md) ---
+#
+# Ratio bounds are written as each loss's own paper writes them: GSPO/GMPO/SAPO/CISPO-eps as
+# offsets ε from 1 (or log-space bounds), the PPO family as Tinker's absolute thresholds (so
+# `clip_low`/`clip_high` alias them). Each default is its paper's (or the reference
+# framework's, named in the docs), and so is each default reduction.
+
+_FIELD = "losslab.losses.field"
+CispoMeaning = Literal["absolute_cap", "one_plus_eps"]
+DrGrpoConstant = Literal["max_completion_length", "max_seq_len", "padded_width"]
+GspoLevel = Literal["sequence", "token"]
+CorrectionLevel = Literal["token", "sequence"]
+CorrectionMode = Literal["truncate", "mask"]
+
+_PPO_BOUNDS: dict[str, Domain] = {
+    "clip_low_threshold": Number(0.8, min=0.0),
+    "clip_high_threshold": Number(1.2, min=0.0),
+}
+_ORDERED_BOUNDS = ordered("clip_low_threshold", "clip_high_threshold")
+_ZERO_ADV = Choice.of(ZeroAdvantage, "keep")
+
+
+def _cispo_eps_lower(params: Mapping[str, Any]) -> str | None:
+    if params["epsilon_meaning"] == "absolute_cap" and params["epsilon_low"] is not None:
+        return (
+            f"epsilon_low={params['epsilon_low']} needs epsilon_meaning='one_plus_eps'; TRL's "
+            "absolute cap (epsilon_meaning='absolute_cap') has no lower bound"
+        )
+    return None
+
+
+def _dr_grpo_prompt_length(params: Mapping[str, Any]) -> str | None:
+    if params["constant"] != "max_seq_len" and params["max_prompt_length"] != 0:
+        return (
+            f"max_prompt_length={params['max_prompt_length']} is read only with "
+            f"constant='max_seq_len' (SkyRL's prompt + completion), not constant="
+            f"{params['constant']!r}"
+        )
+    return None
+
+
+def _sampler_pair_has_no_ppo_clip(params: Mapping[str, Any]) -> str | None:
+    bounds = (params["clip_low_threshold"], params["clip_high_threshold"])
+    if params["anchor"] == "sampler" and bounds != (0.0, math.inf):
+        return (
+            f"clip thresholds {bounds[0]}/{bounds[1]} need anchor='recomputed'; with "
+            "anchor='sampler' the truncated/masked weight IS the importance ratio, there is no "
+            "PPO ratio to clip (leave 0/inf)"
+        )
+    return None
+
+
+def _logprob_value_needs_sampler(params: Mapping[str, Any]) -> str | None:
+    if params["anchor"] == "recomputed" and params["surrogate"] != "ratio":
+        return (
+            f"surrogate={params['surrogate']!r} needs anchor='sampler'; with anchor='recomputed' "
+            "the value is the weighted PPO surrogate"
+        )
+    return None
+
+
+_CORRECTION_PARAMS: dict[str, Domain] = {
+    # "sampler": the weight is π_θ/π_s itself (bypass: no separate old policy); "recomputed":
+    # the weight is π_o/π_s and a PPO ratio π_θ/π_o is clipped (decoupled PPO)
+    "anchor": Choice.of(Anchor, "sampler"),
+    "clip_low_threshold": Number(0.0, min=0.0),
+    "clip_high_threshold": Number(math.inf, min=0.0, allow_inf=True),
+    "surrogate": Choice.of(Surrogate, "ratio"),
+    "zero_adv": _ZERO_ADV,
+}
+
+
+GSPO_PARAMS: dict[str, Domain] = {
+    "level": Choice.of(GspoLevel, "sequence"),
+    "epsilon_low": Number(3e-4, min=0.0),
+    "epsilon_high": Number(4e-4, min=0.0),
+    "zero_adv": _ZERO_ADV,
+}
+GSPO = declare(
+    "gspo",
+    f"{_FIELD}:gspo",
+    params=GSPO_PARAMS,
+    extra_metrics=("gspo/seq_ratio_mean",),
+    reduction="seq-mean-token-mean",
+)
+
+LUSPO = declare(
+    "luspo",
+    f"{_FIELD}:luspo",
+    params=GSPO_PARAMS,
+    extra_metrics=("gspo/seq_ratio_mean",),
+    reduction="seq-mean-token-sum",
+)
+
+CISPO_EPS = declare(
+    "cispo_eps",
+    f"{_FIELD}:cispo_eps",
+    params={
+        "epsilon_meaning": Choice.of(CispoMeaning, "absolute_cap"),
+        "epsilon_low": Number(None, min=0.0, optional=True),
+        "epsilon_high": Number(5.0, above=0.0),
+    },
+    extra_metrics=("cispo/clip_fraction",),
+    rules=(_cispo_eps_lower,),
+    reduction="token-mean",
+)
+
+DR_GRPO = declare(
+    "dr_grpo",
+    f"{_FIELD}:dr_grpo",
+    params={
+        **_PPO_BOUNDS,
+        "constant": Choice.of(DrGrpoConstant, "max_completion_length"),
+        "max_completion_length": Number(256.0, min=1.0),
+        "max_prompt_length": Number(0.0, min=0.0),
+        "zero_adv": _ZERO_ADV,
+    },
+    extra_metrics=("dr_grpo/constant",),
+    rules=(_ORDERED_BOUNDS, _dr_grpo_prompt_length),
+    reduction="seq-mean-token-sum",
+)
+
+DAPO = declare(
+    "dapo",
+    f"{_FIELD}:dapo",
+    params={
+        "clip_low_threshold": Number(0.8, min=0.0),
+        "clip_high_threshold": Number(1.28, min=0.0),
+        "zero_adv": _ZERO_ADV,
+    },
+    rules=(_ORDERED_BOUNDS,),
+    reduction="token-mean",
+)
+
+DUAL_CLIP_PPO = declare(
+    "dual_clip_ppo",
+    f"{_FIELD}:dual_clip_ppo",
+    params={**_PPO_BOUNDS, "clip_ratio_c": Number(3.0, above=1.0), "zero_adv": _ZERO_ADV},
+    extra_metrics=("dual_clip/fraction",),
+    rules=(_ORDERED_BOUNDS, ordered("clip_high_threshold", "clip_ratio_c")),
+    reduction="token-mean",
+)
+
+ICEPOP = declare(
+    "icepop",
+    f"{_FIELD}:icepop",
+    params={
+        "low": Number(0.5, min=0.0),
+        "high": Number(5.0, above=0.0),
+        **_CORRECTION_PARAMS,
+    },
+    extra_metrics=("icepop/mask_fraction",),
+    rules=(
+        ordered("low", "high"),
+        _ORDERED_BOUNDS,
+        _sampler_pair_has_no_ppo_clip,
+        _logprob_value_needs_sampler,
+    ),
+    reduction="token-mean",
+)
+
+ROLLOUT_CORRECTION = declare(
+    "rollout_correction",
+    f"{_FIELD}:rollout_correction",
+    params={
+        "level": Choice.of(CorrectionLevel, "token"),
+        "mode": Choice.of(CorrectionMode, "truncate"),
+        "cap": Number(2.0, above=0.0),
+        "lower": Number(0.0, min=0.0),
+        **_CORRECTION_PARAMS,
+    },
+    extra_metrics=("rollout_correction/weight_mean", "rollout_correction/affected_fraction"),
+    rules=(
+        ordered("lower", "cap"),
+        _ORDERED_BOUNDS,
+        _sampler_pair_has_no_ppo_clip,
+        _logprob_value_needs_sampler,
+    ),
+    reduction="token-mean",
+)
+
+SAPO = declare(
+    "sapo",
+    f"{_FIELD}:sapo",
+    params={"tau_pos": Number(1.0, above=0.0), "tau_neg": Number(1.05, above=0.0)},
+    extra_metrics=("sapo/gate_weight_mean",),
+    reduction="seq-mean-token-mean",
+)
+
+GMPO = declare(
+    "gmpo",
+    f"{_FIELD}:gmpo",
+    params={
+        "log_ratio_low": Number(0.4, min=0.0),
+        "log_ratio_high": Number(0.4, min=0.0),
+        "zero_adv": _ZERO_ADV,
+    },
+    extra_metrics=("gmpo/seq_ratio_mean",),
+    reduction="seq-mean-token-sum",
+)
+
+KL_COV = declare(
+    "kl_cov",
+    f"{_FIELD}:kl_cov",
+    params={"kl_cov_ratio": Number(2e-4, min=0.0, max=1.0), "kl_coef": Number(1.0, min=0.0)},
+    extra_metrics=("kl_cov/selected_fraction",),
+    reduction="token-mean",
+    batch_scope="batch",
+)
+
+CLIP_COV = declare(
+    "clip_cov",
+    f"{_FIELD}:clip_cov",
+    params={
+        **_PPO_BOUNDS,
+        "clip_cov_ratio": Number(2e-4, min=0.0, max=1.0),
+        "clip_cov_lb": Number(1.0),
+        "clip_cov_ub": Number(5.0),
+        "seed": Number(0.0, min=0.0),
+        "zero_adv": _ZERO_ADV,
+    },
+    extra_metrics=("clip_cov/selected_fraction",),
+    rules=(_ORDERED_BOUNDS, ordered("clip_cov_lb", "clip_cov_ub")),
+    reduction="token-mean",
+    batch_scope="batch",
+)
+
+M2PO = declare(
+    "m2po",
+    f"{_FIELD}:m2po",
+    params={"tau": Number(0.04, above=0.0)},
+    extra_metrics=("m2po/second_moment", "m2po/masked_fraction"),
+    reduction="token-mean",
+    batch_scope="batch",
+)

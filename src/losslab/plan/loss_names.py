@@ -30,6 +30,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from losslab.callspec import (
@@ -41,6 +42,7 @@ from losslab.callspec import (
     split_top_level,
 )
 from losslab.losses.declarations import LOSSES
+from losslab.plan.user_loss import UserLossError, UserLossRef, is_user_loss_spec, parse_user_loss
 
 PLAN_LOSS_NAMES = ("grpo_clip_eps<eps>", "grpo_clip", "dppo_divergence_mask")
 
@@ -151,6 +153,9 @@ class ResolvedLoss:
     plan_name: str
     name: str
     params: Mapping[str, LossParam] = field(default_factory=dict)
+    user: UserLossRef | None = None
+    """Set when the arm's loss is code (`losslab.plan.user_loss`): the file, module or pinned
+    function, its keywords, detected signature and provenance; `name` is then `USER_LOSS`."""
 
     @property
     def values(self) -> dict[str, Any]:
@@ -159,7 +164,10 @@ class ResolvedLoss:
 
     @property
     def spec(self) -> str:
-        """Display form `name(k=v, ...)` (Python literals; floats rounded to 12 decimals)."""
+        """Display form `name(k=v, ...)` (Python literals; floats rounded to 12 decimals); a loss
+        named as code shows as written."""
+        if self.user is not None:
+            return self.user.text
         return format_spec(self.name, self.values)
 
     @property
@@ -179,7 +187,12 @@ class ResolvedLoss:
             "plan_name": self.plan_name,
             "name": self.name,
             "params": {k: {"value": p.value, "source": p.source} for k, p in self.params.items()},
+            **({"user_code": self.user.provenance()} if self.user is not None else {}),
         }
+
+
+USER_LOSS = "user_code"
+"""`ResolvedLoss.name` of a loss named as code (no registry declaration applies to it)."""
 
 
 def _revision_hint(head: str) -> str:
@@ -429,7 +442,11 @@ def _resolve_dppo(name: str, reference_revision: str | None) -> ResolvedLoss:
 
 
 def resolve_loss(
-    name: str, baseline_revision: str | None = None, reference_revision: str | None = None
+    name: str,
+    baseline_revision: str | None = None,
+    reference_revision: str | None = None,
+    *,
+    base_dir: str | Path | None = None,
 ) -> ResolvedLoss:
     """Resolve an arm's `loss` to a `losslab.losses` registry name and its parameters.
 
@@ -440,6 +457,8 @@ def resolve_loss(
         name: the arm's `loss` as written in the plan.
         baseline_revision: the correctness preflight path's `baseline_revision` (GRPO clip).
         reference_revision: the path's `reference_revision` (DPPO divergence, threshold, cap).
+        base_dir: the plan file's folder, which a loss file's path is relative to (default: the
+            current directory).
 
     Raises:
         LossNameError: the name is neither a plan loss name nor a registry spec, or the revision
@@ -450,6 +469,13 @@ def resolve_loss(
         return _resolve_grpo(name, grpo["eps"], baseline_revision)
     if name == "dppo_divergence_mask":
         return _resolve_dppo(name, reference_revision)
+    if is_user_loss_spec(name):
+        try:
+            user = parse_user_loss(name, Path(base_dir) if base_dir is not None else None)
+        except UserLossError as exc:
+            raise LossNameError(str(exc)) from exc
+        params = {k: LossParam(v, SOURCE_PLAN) for k, v in user.kwargs.items()}
+        return ResolvedLoss(name, USER_LOSS, params, user=user)
     head = re.match(r"[A-Za-z_][A-Za-z0-9_]*", name)
     if head and head.group(0) in LOSSES:
         registry_name, kwargs = parse_registry_spec(name)
@@ -459,5 +485,6 @@ def resolve_loss(
     raise LossNameError(
         f"{name!r} is not a known loss; expected a plan loss name "
         f"({', '.join(PLAN_LOSS_NAMES)}) or a registry spec name(kw=value, ...) with name in "
-        f"{{{', '.join(sorted(LOSSES))}}}"
+        f"{{{', '.join(sorted(LOSSES))}}}, or your code: path/file.py::function(k=v, ...), "
+        "package.module:function(...) or owner/repo@<40-hex commit>:path.py::function(...)"
     )

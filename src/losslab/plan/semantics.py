@@ -543,10 +543,14 @@ def _unread(data: dict[str, Any], p: _Problems) -> None:
         p.warn("dataset.split", f"{split!r} is not read; training always uses the train split")
     audit = data.get("generation_audit")
     if isinstance(audit, dict) and audit.get("required") is True:
-        p.err(
-            "generation_audit.required",
-            "true is not implemented: losslab does not run a generation audit",
-        )
+        # the audit (losslab.tasks.audit) enforces overlap and one score per item only
+        for key in ("max_label_errors", "min_sample_size"):
+            if audit.get(key) is not None:
+                p.warn(
+                    f"generation_audit.{key}",
+                    "is not checked: losslab's generation audit enforces max_eval_overlaps "
+                    "and one score per item; the report lists the second grader's disagreements",
+                )
     restoration = _dict(data.get("restoration_preflight"))
     if restoration.get("fixed_batch_required") is False:
         p.warn(
@@ -565,6 +569,8 @@ def loss_problems(resolved: Mapping[str, ResolvedLoss]) -> list[tuple[str, str]]
     a ValueError becomes a problem at that path."""
     out = []
     for path, loss in resolved.items():
+        if loss.user is not None:  # code: checked by `losslab.plan.user_loss` when resolved
+            continue
         try:
             loss_declaration(loss.name).resolve(loss.values)
         except ValueError as exc:

@@ -107,12 +107,13 @@ def check_plan_file(path: str | Path) -> PlanCheck:
     if unreadable is not None:
         return PlanCheck(None, [unreadable], unreadable=True)
     assert text is not None
-    return check_plan_text(text)
+    return check_plan_text(text, base_dir=path.resolve().parent)
 
 
-def check_plan_text(text: str) -> PlanCheck:
+def check_plan_text(text: str, base_dir: str | Path | None = None) -> PlanCheck:
     """Check a plan's JSON text: size and depth first, then the parse (duplicate keys refused
-    at their paths), then `check_plan_data`."""
+    at their paths), then `check_plan_data` (`base_dir`: the folder a loss file's path is
+    relative to)."""
     refused = semantics.text_problems(text)  # size, depth: before the parser runs
     if refused:
         return PlanCheck(None, [Problem(path, msg) for path, msg in refused])
@@ -130,7 +131,7 @@ def check_plan_text(text: str) -> PlanCheck:
         )
     except (RecursionError, ValueError) as exc:  # depth is bounded above; belt and braces
         return PlanCheck(None, [Problem("$", f"not valid JSON: {exc}")])
-    result = check_plan_data(data)
+    result = check_plan_data(data, base_dir=base_dir)
     if not duplicates:
         return result
     paths = {d.path for d in duplicates}
@@ -228,8 +229,9 @@ def parse_json(text: str, duplicates: list[Problem]) -> Any:
     return data
 
 
-def check_plan_data(data: Any) -> PlanCheck:
-    """Check an already-parsed plan (a dict as `json.load` gives it)."""
+def check_plan_data(data: Any, base_dir: str | Path | None = None) -> PlanCheck:
+    """Check an already-parsed plan (a dict as `json.load` gives it); `base_dir` is the folder a
+    loss file's path is relative to (the plan file's; default the current directory)."""
     if not isinstance(data, dict):
         return PlanCheck(None, [Problem("$", f"expected a JSON object, got {type(data).__name__}")])
     if semantics.data_depth(data) > semantics.MAX_DEPTH:
@@ -246,7 +248,7 @@ def check_plan_data(data: Any) -> PlanCheck:
         plan = Plan.model_validate(data)
     except ValidationError as exc:
         errors.extend(_pydantic_problems(exc))
-    checker = _Checker(data)
+    checker = _Checker(data, base_dir)
     checker.run()
     errors.extend(p for p in checker.errors if p not in errors)
     # meaning of the values (semantics.py): one line per path, the first pass's wins
@@ -271,12 +273,13 @@ def check_plan_data(data: Any) -> PlanCheck:
     warnings = [*_unknown_field_warnings(plan, "$"), *checker.warnings]
     plan._warnings = [str(w) for w in warnings]
     plan._losses = {a.name: checker.losses[a.name] for a in plan.arms if a.name in checker.losses}
+    plan._base_dir = str(base_dir) if base_dir is not None else None
     return PlanCheck(plan, [], warnings)
 
 
 def parse_plan(data: Any, source: str | Path | None = None) -> Plan:
     """A validated `Plan` from parsed JSON; raises `PlanError` listing every problem."""
-    result = check_plan_data(data)
+    result = check_plan_data(data, Path(source).resolve().parent if source else None)
     if result.plan is None:
         raise PlanError(result.errors, source)
     return result.plan
@@ -357,8 +360,9 @@ def _unknown_field_warnings(model: BaseModel, path: str) -> Iterator[Problem]:
 class _Checker:
     """Cross-field rules on the raw JSON; `errors` and `warnings` collect `Problem`s."""
 
-    def __init__(self, data: dict[str, Any]) -> None:
+    def __init__(self, data: dict[str, Any], base_dir: str | Path | None = None) -> None:
         self.d = data
+        self.base_dir = base_dir
         self.errors: list[Problem] = []
         self.warnings: list[Problem] = []
         self.losses: dict[Any, ResolvedLoss] = {}  # arm name -> its loss, resolved once
@@ -380,6 +384,7 @@ class _Checker:
         self.check_names()
         self.check_engine()
         self.check_losses()
+        self.check_loss_path()
         self.errors.extend(recomputed_anchor_problems(self.d))
         self.check_batch_relations()
         self.check_preflight()
@@ -602,7 +607,7 @@ class _Checker:
             if not isinstance(loss, str):
                 continue
             try:
-                resolved = resolve_loss(loss, baseline_rev, reference_rev)
+                resolved = resolve_loss(loss, baseline_rev, reference_rev, base_dir=self.base_dir)
             except LossNameError as exc:
                 self.err(f"arms[{i}].loss", str(exc))
             else:
@@ -617,6 +622,21 @@ class _Checker:
                 if isinstance(name, str):  # any other name is pass 1's error (and unhashable)
                     self.losses[name] = resolved
                 self.resolved[f"arms[{i}].loss"] = resolved
+
+    def check_loss_path(self) -> None:
+        """`engine.loss_path: builtin` needs a Tinker built-in computing every arm's loss."""
+        if _dict(self.d.get("engine")).get("loss_path") != "builtin":
+            return
+        from losslab.losses.tinker_builtins import builtin_request
+
+        for where, resolved in self.resolved.items():
+            declaration = LOSSES.get(resolved.name)
+            if declaration is None:
+                continue  # not a registry loss: check_losses named it
+            try:
+                builtin_request(resolved.name, declaration.resolve(resolved.values))
+            except ValueError as exc:
+                self.err(where, f"engine.loss_path is 'builtin': {exc}")
 
     def check_batch_relations(self) -> None:
         steps = _int(self.d.get("steps"))
@@ -785,6 +805,17 @@ class _Checker:
         role = known.loss_role
         index = self.arm_keys().get(role) if role is not None else None
         loss = self.resolved.get(f"arms[{index}].loss") if index is not None else None
+        if loss is not None and loss.user is not None and loss.user.file is not None:
+            # code declares no metrics: its source must at least name the key it logs
+            source = Path(loss.user.file).read_text(encoding="utf-8")
+            if f'"{known.logged_key}"' not in source and f"'{known.logged_key}'" not in source:
+                self.err(
+                    path,
+                    f"{metric!r} reads {known.logged_key!r} from the {role} arm's loss, "
+                    f"{loss.user.file}::{loss.user.function}, whose source never names that key; "
+                    f"return it in the metrics dict (metrics[{known.logged_key!r}] = ...)",
+                )
+            return
         if loss is None or loss.name not in LOSSES:  # no such arm or loss: reported elsewhere
             return
         declared = LOSSES[loss.name].metrics

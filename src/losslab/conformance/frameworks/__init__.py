@@ -39,9 +39,12 @@ from losslab.plan import Revision, RevisionError
 FRAMEWORK_MODULES: tuple[str, ...] = (
     "losslab.conformance.frameworks.prime_rl",
     "losslab.conformance.frameworks.skyrl",
+    "losslab.conformance.frameworks.skyrl_registry",
     "losslab.conformance.frameworks.spindle",
     "losslab.conformance.frameworks.stable_rl",
+    "losslab.conformance.frameworks.tinker",
     "losslab.conformance.frameworks.verl",
+    "losslab.conformance.frameworks.verl_registry",
 )
 """The registry: the module holding each framework's `FRAMEWORK`, one line each (imported when
 the registry is first read)."""

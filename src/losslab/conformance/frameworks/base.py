@@ -32,6 +32,15 @@ LOSS_FAMILIES: dict[str, str] = {
     "dppo": "DPPO: the policy gradient with a trust-region mask on a divergence (binary TV or "
     "binary KL) of the current policy from an anchor",
     "ppo_clip": "PPO's clipped-ratio objective (and mask-form ablations of it)",
+    "dual_clip": "dual-clip PPO: the clipped objective with the loss of A < 0 tokens capped "
+    "at -A*c (Ye et al. 2019, arXiv 1912.09729)",
+    "gspo": "GSPO: a sequence-level (length-normalised) importance ratio, clipped per "
+    "sequence (arXiv 2507.18071)",
+    "sapo": "SAPO: a soft sigmoid gate on the ratio instead of a hard clip (arXiv 2511.20347)",
+    "gmpo": "GMPO: the geometric mean of the clipped token ratios (arXiv 2507.20673)",
+    "clip_cov": "Clip-Cov: the gradient of a few high-covariance tokens detached "
+    "(arXiv 2505.22617)",
+    "kl_cov": "KL-Cov: a KL penalty on a few high-covariance tokens (arXiv 2505.22617)",
     "cispo": "CISPO: a detached clipped importance weight times the log-prob",
     "dro": "DRO: log-prob times advantage with a squared log-ratio penalty",
     "importance_sampling": "the ratio-weighted policy gradient, no clip and no mask",
@@ -114,7 +123,10 @@ class LosslabConfig:
 
     `loss`/`params` give the gradient (the loss as it would be trained); `value_params` are
     overrides that put the VALUE in the reference's convention (e.g. surrogate="logprob").
-    `reason` is set (and `loss` is None) when no configuration can reproduce the reference.
+    `reason` is set (and `loss` is None) when no configuration can reproduce the reference;
+    set WITH a `loss`, the configuration is the nearest one and `reason` says, in one line, the
+    convention it cannot reproduce (e.g. a dual clip, a log-ratio guard), shown by
+    `losslab atlas` wherever the two differ.
     """
 
     loss: str | None
