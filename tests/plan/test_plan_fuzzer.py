@@ -466,6 +466,7 @@ def _all_mutants() -> list[tuple[str, str, str, Any, dict[str, Any]]]:
 
 
 MUTANTS = _all_mutants()
+SEED_DIRS = {p.name: p.parent for p in SEED_PLANS}
 
 
 def _under(error_path: str, path: str) -> bool:
@@ -497,7 +498,12 @@ def test_every_mutant_is_rejected_at_its_path_or_rightly_accepted(
     start = time.monotonic()
     for seed, family, path, value, data in MUTANTS:
         # must not raise
-        result = check_plan_text(value) if family == "dup-key" else check_plan_data(data)
+        base_dir = SEED_DIRS[seed]  # a loss named as a file is found beside its plan
+        result = (
+            check_plan_text(value, base_dir=base_dir)
+            if family == "dup-key"
+            else check_plan_data(data, base_dir=base_dir)
+        )
         assert result.ok == (result.plan is not None)
         for problem in result.errors:
             assert problem.path and problem.message and "\n" not in problem.message
