@@ -21,7 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from losslab.cli import app
-from losslab.plan import check_plan_file
+from losslab.plan import check_plan_data, check_plan_file
 from losslab.plan.semantics import MAX_PLAN_BYTES
 
 from ._plans import SEED_PLAN, fresh_seed
@@ -236,3 +236,51 @@ def test_a_short_key_is_not_searched_for(tmp_path: Path, monkeypatch: pytest.Mon
     refusing such a key is the run's start-up check, not plan check's."""
     monkeypatch.setenv("TINKER_API_KEY", "a")
     assert check_plan_file(SEED_PLAN).ok
+
+
+MY_PLAN = SEED_PLAN.parent / "my_dppo_plan.json"
+
+
+def _plan_with_loss_file(tmp_path: Path, name: str = "my_dppo_loss.py") -> Path:
+    """examples/my_dppo_plan.json copied to `tmp_path`, its code-form loss naming `name` there."""
+    data = json.loads(MY_PLAN.read_text(encoding="utf-8"))
+    data["arms"][1]["loss"] = data["arms"][1]["loss"].replace("my_dppo_loss.py", name)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(data), encoding="utf-8")
+    return plan
+
+
+def test_a_loss_file_that_is_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    """A plan names its loss as `path.py::function`; plan check reads that file. Before: a FIFO
+    there blocked plan check forever, a link to /dev/zero read until memory ran out."""
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs on this OS")
+    os.mkfifo(tmp_path / "my_dppo_loss.py")
+    code, output, _ = _plan_check(_plan_with_loss_file(tmp_path), timeout=30)
+    assert code == 1, output
+    assert "error: arms[1].loss: " in output
+    assert "is a FIFO (named pipe), not a regular file" in output
+
+
+def test_a_loss_file_linked_to_dev_zero_is_refused_at_once(tmp_path: Path) -> None:
+    if not Path("/dev/zero").exists():
+        pytest.skip("no /dev/zero on this OS")
+    (tmp_path / "my_dppo_loss.py").symlink_to("/dev/zero")
+    code, output, seconds = _plan_check(_plan_with_loss_file(tmp_path))
+    assert code == 1, output
+    assert "is a character device, not a regular file" in output and seconds < 30
+
+
+def test_the_example_loss_file_is_still_read(tmp_path: Path) -> None:
+    (tmp_path / "my_dppo_loss.py").write_text(
+        (SEED_PLAN.parent / "my_dppo_loss.py").read_text(encoding="utf-8"), encoding="utf-8"
+    )
+    assert check_plan_file(_plan_with_loss_file(tmp_path)).ok
+
+
+def test_a_pinned_loss_path_outside_its_repository_is_refused() -> None:
+    data = json.loads(MY_PLAN.read_text(encoding="utf-8"))
+    data["arms"][1]["loss"] = "sail-sg/Stable-RL@" + "c6af1d11" * 5 + ":../../etc/x.py::loss()"
+    result = check_plan_data(data, base_dir=MY_PLAN.parent)
+    (error,) = [e for e in result.errors if e.path == "arms[1].loss"]
+    assert "path '../../etc/x.py' has an empty, '.' or '..' part" in error.message
