@@ -88,6 +88,11 @@ def test_a_plan_file_without_read_permission_is_refused(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "Permission denied" in result.output
 
 
+def test_plan_show_of_a_directory_is_exit_2(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["plan", "show", str(tmp_path)])
+    assert result.exit_code == 2 and "is a directory, not a regular file" in result.output
+
+
 def test_a_symlink_to_the_plan_is_read(tmp_path: Path) -> None:
     link = tmp_path / "plan.json"
     link.symlink_to(SEED_PLAN)
