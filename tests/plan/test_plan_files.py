@@ -289,3 +289,17 @@ def test_a_pinned_loss_path_outside_its_repository_is_refused() -> None:
     result = check_plan_data(data, base_dir=MY_PLAN.parent)
     (error,) = [e for e in result.errors if e.path == "arms[1].loss"]
     assert "path '../../etc/x.py' has an empty, '.' or '..' part" in error.message
+
+
+def test_an_api_key_in_text_that_is_not_json_is_still_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No JSON path to name: the whole text is searched, and the message shows no value."""
+    monkeypatch.setenv("TINKER_API_KEY", SECRET)
+    path = tmp_path / "plan.json"
+    path.write_text('{"title": "' + _json_escaped(SECRET) + '", ', encoding="utf-8")
+    result = check_plan_file(path)
+    assert [e.path for e in result.errors] == ["$", "$"]
+    assert "contains the value of TINKER_API_KEY" in result.errors[0].message
+    assert "not valid JSON" in result.errors[1].message
+    assert all(SECRET not in str(e) for e in result.errors)

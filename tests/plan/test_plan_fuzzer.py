@@ -57,7 +57,7 @@ from losslab.plan.semantics import MAX_DEPTH
 REPO = Path(__file__).resolve().parents[2]
 SHARED_SEED = REPO.parent / "shared" / "seeds" / "experiment_plan.json"
 FUZZ_SEED = 20261201
-MUTANTS_PER_SEED_PLAN = 272  # 17 families x 16: 544 mutants from the two examples alone
+MUTANTS_PER_SEED_PLAN = 272  # 17 families x 16: any two seed plans alone give 544 mutants
 SECRET = "tml-fuzz0123456789abcdefXYZ"  # TINKER_API_KEY while the mutants are checked
 
 SEED_PLANS = sorted(REPO.glob("examples/*.json")) + ([SHARED_SEED] if SHARED_SEED.is_file() else [])
