@@ -400,6 +400,8 @@ MUTATIONS: list[tuple[str, Mutation, str, str]] = [
     ("arm-name-empty", setv("arms[0].name", ""), "arms[0].name", "is empty"),
     ("arm-name-long", setv("arms[0].name", "a" * 65), "arms[0].name", "at most 64"),
     ("arm-name-option", setv("arms[0].name", "-rf"), "arms[0].name", "not a letter or digit"),
+    ("arm-name-trailing-dot", setv("arms[0].name", "grpo."), "arms[0].name", "ends with '.'"),
+    ("arm-name-device", setv("arms[1].name", "nul.dppo"), "arms[1].name", "Windows device name"),
     ("arm-name-space", setv("arms[0].name", "grpo seed0"), "arms[0].name", "contains ' '"),
     ("arm-name-unicode", setv("arms[0].name", "grpo\u2215seed0"), "arms[0].name", "contains"),
     (
@@ -407,6 +409,16 @@ MUTATIONS: list[tuple[str, Mutation, str, str]] = [
         setv("arms[1].name", "GRPO_seed0"),
         "arms[1].name",
         "only in case",
+    ),
+    (
+        "arm-name-is-another-arms-seed-unit",
+        both(
+            setv("decision_rule.seeds", [0, 1]),
+            setv("arms[1].name", "grpo_seed0.seed1"),
+            setv(f"{REST}[1].name", "grpo_seed0.seed1"),
+        ),
+        "arms[1].name",
+        "runs under at seed 1",
     ),
     ("task-unknown", setv("dataset.name", "nosuch_task"), "dataset.name", "is not a task"),
     (

@@ -21,7 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from losslab.cli import app
-from losslab.plan import check_plan_file
+from losslab.plan import check_plan_data, check_plan_file
 from losslab.plan.semantics import MAX_PLAN_BYTES
 
 from ._plans import SEED_PLAN, fresh_seed
@@ -75,6 +75,22 @@ def test_a_directory_is_refused(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["plan", "check", str(tmp_path)])
     assert result.exit_code == 2 and "is a directory, not a regular file" in result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root reads a file of mode 000"
+)
+def test_a_plan_file_without_read_permission_is_refused(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.json"
+    plan.write_text(SEED_PLAN.read_text(encoding="utf-8"), encoding="utf-8")
+    plan.chmod(0)
+    result = CliRunner().invoke(app, ["plan", "check", str(plan)])
+    assert result.exit_code == 2 and "Permission denied" in result.output
+
+
+def test_plan_show_of_a_directory_is_exit_2(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["plan", "show", str(tmp_path)])
+    assert result.exit_code == 2 and "is a directory, not a regular file" in result.output
 
 
 def test_a_symlink_to_the_plan_is_read(tmp_path: Path) -> None:
@@ -146,6 +162,27 @@ def test_a_lone_surrogate_stops_losslab_run_before_any_work(tmp_path: Path) -> N
     assert not out.exists()
 
 
+def test_losslab_run_refuses_a_traversal_arm_name_before_writing(tmp_path: Path) -> None:
+    """Before: the run wrote eval rows over victim_data/train.jsonl beside the run directory and
+    checkpoints two levels up, then exited 0."""
+    victim = tmp_path / "victim_data" / "train.jsonl"
+    victim.parent.mkdir()
+    victim.write_text('{"question": "mine"}\n', encoding="utf-8")
+    data = json.loads((SEED_PLAN.parent / "arithmetic_dppo_vs_grpo_local.json").read_text())
+    data["arms"][0]["name"] = "../../victim_data/train"
+    for group in data["restoration_preflight"]["groups"]:
+        group["arms"][0]["name"] = "../../victim_data/train"
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(data), encoding="utf-8")
+    out = tmp_path / "runs" / "r"
+    result = CliRunner().invoke(app, ["run", str(plan), "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "arms[0].name: '../../victim_data/train' contains '/', a path separator" in result.output
+    assert not out.exists() and not (tmp_path / "runs").exists()
+    assert victim.read_text(encoding="utf-8") == '{"question": "mine"}\n'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json", "victim_data"]
+
+
 def _json_escaped(text: str) -> str:
     return "".join(f"\\u{ord(c):04x}" for c in text)
 
@@ -204,3 +241,65 @@ def test_a_short_key_is_not_searched_for(tmp_path: Path, monkeypatch: pytest.Mon
     refusing such a key is the run's start-up check, not plan check's."""
     monkeypatch.setenv("TINKER_API_KEY", "a")
     assert check_plan_file(SEED_PLAN).ok
+
+
+MY_PLAN = SEED_PLAN.parent / "my_dppo_plan.json"
+
+
+def _plan_with_loss_file(tmp_path: Path, name: str = "my_dppo_loss.py") -> Path:
+    """examples/my_dppo_plan.json copied to `tmp_path`, its code-form loss naming `name` there."""
+    data = json.loads(MY_PLAN.read_text(encoding="utf-8"))
+    data["arms"][1]["loss"] = data["arms"][1]["loss"].replace("my_dppo_loss.py", name)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(data), encoding="utf-8")
+    return plan
+
+
+def test_a_loss_file_that_is_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    """A plan names its loss as `path.py::function`; plan check reads that file. Before: a FIFO
+    there blocked plan check forever, a link to /dev/zero read until memory ran out."""
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs on this OS")
+    os.mkfifo(tmp_path / "my_dppo_loss.py")
+    code, output, _ = _plan_check(_plan_with_loss_file(tmp_path), timeout=30)
+    assert code == 1, output
+    assert "error: arms[1].loss: " in output
+    assert "is a FIFO (named pipe), not a regular file" in output
+
+
+def test_a_loss_file_linked_to_dev_zero_is_refused_at_once(tmp_path: Path) -> None:
+    if not Path("/dev/zero").exists():
+        pytest.skip("no /dev/zero on this OS")
+    (tmp_path / "my_dppo_loss.py").symlink_to("/dev/zero")
+    code, output, seconds = _plan_check(_plan_with_loss_file(tmp_path))
+    assert code == 1, output
+    assert "is a character device, not a regular file" in output and seconds < 30
+
+
+def test_the_example_loss_file_is_still_read(tmp_path: Path) -> None:
+    (tmp_path / "my_dppo_loss.py").write_text(
+        (SEED_PLAN.parent / "my_dppo_loss.py").read_text(encoding="utf-8"), encoding="utf-8"
+    )
+    assert check_plan_file(_plan_with_loss_file(tmp_path)).ok
+
+
+def test_a_pinned_loss_path_outside_its_repository_is_refused() -> None:
+    data = json.loads(MY_PLAN.read_text(encoding="utf-8"))
+    data["arms"][1]["loss"] = "sail-sg/Stable-RL@" + "c6af1d11" * 5 + ":../../etc/x.py::loss()"
+    result = check_plan_data(data, base_dir=MY_PLAN.parent)
+    (error,) = [e for e in result.errors if e.path == "arms[1].loss"]
+    assert "path '../../etc/x.py' has an empty, '.' or '..' part" in error.message
+
+
+def test_an_api_key_in_text_that_is_not_json_is_still_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No JSON path to name: the whole text is searched, and the message shows no value."""
+    monkeypatch.setenv("TINKER_API_KEY", SECRET)
+    path = tmp_path / "plan.json"
+    path.write_text('{"title": "' + _json_escaped(SECRET) + '", ', encoding="utf-8")
+    result = check_plan_file(path)
+    assert [e.path for e in result.errors] == ["$", "$"]
+    assert "contains the value of TINKER_API_KEY" in result.errors[0].message
+    assert "not valid JSON" in result.errors[1].message
+    assert all(SECRET not in str(e) for e in result.errors)

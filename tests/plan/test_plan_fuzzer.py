@@ -51,13 +51,13 @@ import pytest
 
 from losslab.backends.registry import BACKENDS
 from losslab.plan import check_plan_data, check_plan_file, check_plan_text
-from losslab.plan.names import MAX_NAME_CHARS
+from losslab.plan.names import MAX_NAME_CHARS, unsafe_name_reason
 from losslab.plan.semantics import MAX_DEPTH
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED_SEED = REPO.parent / "shared" / "seeds" / "experiment_plan.json"
 FUZZ_SEED = 20261201
-MUTANTS_PER_SEED_PLAN = 272  # 17 families x 16: 544 mutants from the two examples alone
+MUTANTS_PER_SEED_PLAN = 272  # 17 families x 16: any two seed plans alone give 544 mutants
 SECRET = "tml-fuzz0123456789abcdefXYZ"  # TINKER_API_KEY while the mutants are checked
 
 SEED_PLANS = sorted(REPO.glob("examples/*.json")) + ([SHARED_SEED] if SHARED_SEED.is_file() else [])
@@ -219,6 +219,9 @@ UNSAFE_NAMES = [
     "a\nb",
     "~",
     "$HOME",
+    "grpo.",
+    "CON",
+    "com1.log",
 ]
 
 BAD_STRING_INSERTS = ["\x00", "\x1b", "\x07", "\x7f", "\ud800", "\udfff", "\udbff"]
@@ -262,7 +265,7 @@ def _rename_arms(data: dict[str, Any], rng: random.Random) -> list[str]:
         name = rng.choice(string.ascii_letters + string.digits) + "".join(
             rng.choice(alphabet) for _ in range(length - 1)
         )
-        if name.casefold() not in {n.casefold() for n in new}:
+        if name.casefold() not in {n.casefold() for n in new} and unsafe_name_reason(name) is None:
             new.append(name)
     old = [a["name"] for a in data["arms"]]
     mapping = dict(zip(old, new, strict=True))
@@ -463,6 +466,7 @@ def _all_mutants() -> list[tuple[str, str, str, Any, dict[str, Any]]]:
 
 
 MUTANTS = _all_mutants()
+SEED_DIRS = {p.name: p.parent for p in SEED_PLANS}
 
 
 def _under(error_path: str, path: str) -> bool:
@@ -493,11 +497,12 @@ def test_every_mutant_is_rejected_at_its_path_or_rightly_accepted(
     wrong: list[str] = []
     start = time.monotonic()
     for seed, family, path, value, data in MUTANTS:
-        # must not raise; examples/ holds the seed plans and the loss files they name
+        # must not raise
+        base_dir = SEED_DIRS[seed]  # a loss named as a file is found beside its plan
         result = (
-            check_plan_text(value, base_dir=REPO / "examples")
+            check_plan_text(value, base_dir=base_dir)
             if family == "dup-key"
-            else check_plan_data(data, base_dir=REPO / "examples")
+            else check_plan_data(data, base_dir=base_dir)
         )
         assert result.ok == (result.plan is not None)
         for problem in result.errors:

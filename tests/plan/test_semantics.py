@@ -47,7 +47,6 @@ REFUSED: list[tuple[str, Any, str]] = [
     ("decision_rule.seeds[0]", -1, "outside [0, 2**63)"),
     ("decision_rule.seeds[0]", 2**64, "outside [0, 2**63)"),
     ("correctness_preflight.paths", [], "required but lists no paths"),
-    ("generation_audit.required", True, "not implemented"),
 ]
 
 

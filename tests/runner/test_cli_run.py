@@ -61,7 +61,8 @@ def test_plan_backend_hint_is_checked(tmp_path: Path) -> None:
     path.write_text(json.dumps(plan))
     r = _invoke("run", str(path), "--out", str(tmp_path / "run"))
     assert r.exit_code == 2
-    assert "plan engine.backend: --backend 'gpu': expected one of 'local', 'tinker'" in r.output
+    # refused by plan validation (backends.registry), before the run builds anything
+    assert "engine.backend: 'gpu' is not a backend; expected one of 'local', 'tinker'" in r.output
     assert not (tmp_path / "run").exists()
 
 

@@ -42,6 +42,7 @@ from losslab.callspec import (
     split_top_level,
 )
 from losslab.losses.declarations import LOSSES
+from losslab.plan.files import repo_path_problem
 from losslab.plan.user_loss import UserLossError, UserLossRef, is_user_loss_spec, parse_user_loss
 
 PLAN_LOSS_NAMES = ("grpo_clip_eps<eps>", "grpo_clip", "dppo_divergence_mask")
@@ -234,7 +235,7 @@ def parse_revision(text: str) -> Revision:
             f"revision {text!r}: {_revision_hint(head)}; "
             "expected 'owner/repo@commit:path::function(kw=value, ...)'"
         )
-    path_problem = _repo_path_problem(match["path"])
+    path_problem = repo_path_problem(match["path"])
     if path_problem is not None:
         raise RevisionError(f"revision {text!r}: path {match['path']!r} {path_problem}")
     args = match["args"] or ""
@@ -281,20 +282,6 @@ def parse_revision(text: str) -> Revision:
         description=description,
         args=args,
     )
-
-
-def _repo_path_problem(path: str) -> str | None:
-    """Why a revision's file path is not a plain path inside the repository (None if it is):
-    the path is read from a checkout (`--source repo=PATH`) or a git commit, so `..`, an
-    absolute path or a NUL byte could read a file outside it."""
-    if "\x00" in path:
-        return "contains a NUL byte"
-    if path.startswith(("/", "\\")):
-        return "is absolute; expected a path inside the repository"
-    parts = path.replace("\\", "/").split("/")
-    if any(part in ("", ".", "..") for part in parts):
-        return "has an empty, '.' or '..' part; expected a plain path inside the repository"
-    return None
 
 
 def parse_registry_spec(text: str) -> tuple[str, dict[str, Any]]:

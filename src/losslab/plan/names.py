@@ -9,8 +9,8 @@ path, before anything is written (checking each path at write time is the runner
 
 The rule is a whitelist, not a list of bad characters, so no encoding trick passes it:
 `SAFE_NAME_PATTERN` - ASCII letters, digits, `_`, `-` and `.`, starting with a letter or digit
-(no dot names, no leading `-` that reads as a command-line option), at most `MAX_NAME_CHARS`
-characters. Stdlib only (the task names come from `losslab.tasks.registry`, stdlib only too).
+(no dot names, no leading `-` that reads as a command-line option), not ending in `.`, not a
+Windows device name (`CON`, `NUL`, `COM1`, ...), at most `MAX_NAME_CHARS` characters. Stdlib only (the task names come from `losslab.tasks.registry`, stdlib only too).
 """
 
 from __future__ import annotations
@@ -27,10 +27,16 @@ SAFE_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
 _SAFE_NAME = re.compile(SAFE_NAME_PATTERN)
 
 SAFE_NAME_RULE = (
-    f"ASCII letters, digits, '_', '-' and '.', starting with a letter or digit, at most "
-    f"{MAX_NAME_CHARS} characters"
+    f"ASCII letters, digits, '_', '-' and '.', starting with a letter or digit, not ending in "
+    f"'.', not a Windows device name, at most {MAX_NAME_CHARS} characters"
 )
 """The rule in words, for error messages and the docs."""
+
+
+_WINDOWS_DEVICES = frozenset(
+    ["CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(10)), *(f"LPT{i}" for i in range(10))]
+)
+"""Names Windows maps to devices whatever their extension (`nul.txt` is the null device)."""
 
 
 def _shown(name: str) -> str:
@@ -59,6 +65,10 @@ def unsafe_name_reason(name: str) -> str | None:
         return f"{_shown(name)} starts with '.' (a dot name: hidden, or '.'/'..' the folder itself)"
     if len(name) > MAX_NAME_CHARS:
         return f"is {len(name)} characters long; at most {MAX_NAME_CHARS} are accepted"
+    if name.endswith("."):
+        return f"{_shown(name)} ends with '.', which Windows drops ('a.' and 'a' are one file)"
+    if name.split(".")[0].upper() in _WINDOWS_DEVICES:
+        return f"{_shown(name)} is a Windows device name (CON, NUL, COM1, ...), not a file"
     bad = next((c for c in name if not re.fullmatch(r"[A-Za-z0-9_.-]", c)), None)
     if bad is not None:
         return f"{_shown(name)} contains {bad!r}"

@@ -31,6 +31,7 @@ the tasks' registry, so `losslab plan check` never imports torch, tinker or data
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import math
 import os
@@ -178,12 +179,15 @@ def _unescape_backslashes(text: str) -> str:
 
 _BACKSLASH_ESCAPE = re.compile(r"\\(?:u[0-9a-fA-F]{4}|x[0-9a-fA-F]{2}|U[0-9a-fA-F]{8}|[0-7]{1,3})")
 _DECODERS = (
-    _unescape_backslashes,
-    urllib.parse.unquote_plus,  # %74inker, +
-    html.unescape,  # &#116;inker, &#x74;
+    ("\\", _unescape_backslashes),
+    ("%+", urllib.parse.unquote_plus),  # %74inker, +
+    ("&", html.unescape),  # &#116;inker, &#x74;
 )
+"""(characters without which the decoder changes nothing, decoder): a text holding none of
+them is not decoded, which keeps a plan of many plain strings fast to check."""
 
 
+@functools.lru_cache(maxsize=8)
 def _encoded_forms(secret: str) -> tuple[str, ...]:
     """Forms of `secret` that decoding cannot recover from a larger text: hex, and the
     alignment-independent middle of its base64 (standard and URL-safe) at each of the three
@@ -208,7 +212,10 @@ def holds_secret(text: str, secret: str) -> bool:
     seen, frontier = {text}, [text]
     for _ in range(2):  # two rounds: an escape inside a %-encoding, a doubly escaped key
         frontier = [
-            d for t in frontier for d in (decode(t) for decode in _DECODERS) if d not in seen
+            decoded
+            for t in frontier
+            for triggers, decode in _DECODERS
+            if any(c in t for c in triggers) and (decoded := decode(t)) not in seen
         ]
         if any(secret in t for t in frontier):
             return True
@@ -289,16 +296,22 @@ def string_problems(data: Any) -> list[tuple[str, str]]:
     string, so no later message can print a surrogate, a control byte or a key.
 
     A path that itself holds a surrogate or a control character is shown escaped (`ascii`)."""
+    items = list(_strings(data))
+    # one pass over all strings at once (newline-joined: newline is allowed and breaks every
+    # encoding of a key, so nothing matches across two strings); the per-string pass that
+    # finds the paths runs only when this one finds something
+    joined = "\n".join(text for _, text, _ in items)
+    secrets = {n: v for n, v in secret_values().items() if holds_secret(joined, v)}
+    if not secrets and _lone_surrogate(joined) is None and not _CONTROL.search(joined):
+        return []
     out: list[tuple[str, str]] = []
-    secrets = secret_values()
-    for path, text, is_key in sorted(_strings(data), key=lambda item: item[0]):
-        shown = shown_path(path)
+    for path, text, is_key in sorted(items, key=lambda item: item[0]):
         what = "this key" if is_key else "the string"
         at = _lone_surrogate(text)
         if at is not None:
             out.append(
                 (
-                    shown,
+                    shown_path(path),
                     f"{what} holds a lone UTF-16 surrogate ({ascii(text[at])} at character {at}), "
                     "which is not valid Unicode and cannot be written as UTF-8",
                 )
@@ -309,7 +322,7 @@ def string_problems(data: Any) -> list[tuple[str, str]]:
             name = "a NUL byte" if control.group(0) == "\x00" else "a control character"
             out.append(
                 (
-                    shown,
+                    shown_path(path),
                     f"{what} holds {name} ({ascii(control.group(0))} at character {control.start()})",
                 )
             )
@@ -318,7 +331,7 @@ def string_problems(data: Any) -> list[tuple[str, str]]:
             if holds_secret(text, value):
                 out.append(
                     (
-                        shown,
+                        shown_path(path),
                         f"the plan contains the value of {name} in {what} (as written or "
                         "encoded); remove it (the key is read from the environment only, and the "
                         "run directory keeps a byte copy of the plan as plan.json)",

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from losslab.callspec import CallSpecError, parse_call
+from losslab.plan.files import UnreadableFile, read_regular_text, repo_path_problem
 
 SIGNATURES: dict[str, str] = {
     "tinker": "a Tinker custom loss fn(data: list[tinker.Datum], logprobs_list: "
@@ -162,6 +163,9 @@ def parse_user_loss(text: str, base_dir: Path | None = None) -> UserLossRef:
                 f"loss {text!r}: commit {pinned['commit']!r} is not 40 hex digits; a pinned "
                 "function names the full commit (owner/repo@<40-hex>:path.py::function(...))"
             )
+        path_problem = repo_path_problem(pinned["path"])
+        if path_problem is not None:
+            raise UserLossError(f"loss {text!r}: path {pinned['path']!r} {path_problem}")
         function, kwargs = _call(text, pinned["call"])
         return UserLossRef(
             "pinned",
@@ -224,15 +228,22 @@ def _call(text: str, call: str) -> tuple[str, dict[str, Any]]:
         raise UserLossError(f"loss {text!r}: {exc}") from None
 
 
+MAX_SOURCE_BYTES = 16 << 20
+"""Largest loss source file read (16 MiB); verl's core_algos.py, one of the largest loss
+modules in the field, is under 100 KB."""
+
+
 def _read(text: str, file: Path) -> str:
+    """The source of a loss file: a regular file only, bounded (`losslab.plan.files`), so a
+    `loss.py` that is a FIFO or a link to /dev/zero cannot hang or exhaust `plan check`."""
     try:
-        return file.read_text(encoding="utf-8")
+        return read_regular_text(file, MAX_SOURCE_BYTES, f"file {file}")
     except FileNotFoundError:
         raise UserLossError(
             f"loss {text!r}: file {file} does not exist (a path is relative to the plan's folder)"
         ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserLossError(f"loss {text!r}: cannot read {file}: {exc}") from None
+    except UnreadableFile as exc:
+        raise UserLossError(f"loss {text!r}: {exc}") from None
 
 
 def find_module_file(module: str, extra_paths: Sequence[str] = ()) -> Path | None:

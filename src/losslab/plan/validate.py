@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import stat
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 from losslab.backends.registry import BACKENDS
 from losslab.losses.declarations import LOSSES
 from losslab.plan import semantics
+from losslab.plan.files import UnreadableFile, read_regular_text
 from losslab.plan.jsonvalues import format_number as _fmt_num
 from losslab.plan.jsonvalues import json_dict as _dict
 from losslab.plan.jsonvalues import json_int as _int
@@ -140,55 +139,16 @@ def check_plan_text(text: str, base_dir: str | Path | None = None) -> PlanCheck:
 
 
 def read_plan_text(path: Path) -> tuple[str | None, Problem | None]:
-    """The text of a plan file, or the problem that kept it from being read.
-
-    Only a regular file is read, and at most `MAX_PLAN_BYTES` + 1 bytes of it: `/dev/zero`
-    would otherwise be read until memory runs out, and a FIFO would block forever (it is
-    opened non-blocking, then refused by `fstat`). A symlink to a regular file is followed.
-    """
+    """The text of a plan file, or the problem that kept it from being read: only a regular
+    file of at most `MAX_PLAN_BYTES` is read (`losslab.plan.files`: /dev/zero, a FIFO, a
+    directory are refused without reading or blocking)."""
     where = f"plan file {str(path)!r}"
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        return read_regular_text(path, semantics.MAX_PLAN_BYTES, where), None
     except FileNotFoundError:
         return None, Problem("$", f"{where} does not exist")
-    except OSError as exc:
-        return None, Problem("$", f"cannot read {where}: {exc.strerror or exc}")
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return None, Problem("$", f"{where} is {_file_kind(info.st_mode)}, not a regular file")
-        if info.st_size > semantics.MAX_PLAN_BYTES:
-            return None, Problem(
-                "$",
-                f"{where} is {info.st_size} bytes; at most {semantics.MAX_PLAN_BYTES} are read",
-            )
-        with os.fdopen(fd, "rb", closefd=False) as stream:
-            raw = stream.read(semantics.MAX_PLAN_BYTES + 1)  # the file may grow after fstat
-    except OSError as exc:
-        return None, Problem("$", f"cannot read {where}: {exc.strerror or exc}")
-    finally:
-        os.close(fd)
-    if len(raw) > semantics.MAX_PLAN_BYTES:
-        return None, Problem("$", f"{where} is over {semantics.MAX_PLAN_BYTES} bytes")
-    try:
-        return raw.decode("utf-8"), None
-    except UnicodeDecodeError as exc:
-        return None, Problem(
-            "$", f"{where} is not UTF-8 (byte {raw[exc.start]:#04x} at offset {exc.start})"
-        )
-
-
-def _file_kind(mode: int) -> str:
-    for test, kind in (
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISFIFO, "a FIFO (named pipe)"),
-        (stat.S_ISSOCK, "a socket"),
-    ):
-        if test(mode):
-            return kind
-    return "a special file"
+    except UnreadableFile as exc:
+        return None, Problem("$", str(exc))
 
 
 def parse_json(text: str, duplicates: list[Problem]) -> Any:
@@ -473,6 +433,36 @@ class _Checker:
                     "case-insensitive file system both arms would share one folder",
                 )
             folded.setdefault(key, i)
+        self.check_seed_unit_names()
+
+    def check_seed_unit_names(self) -> None:
+        """With several `decision_rule.seeds` an arm runs as `<name>.seed<s>` at each seed but
+        its own (`runner.trainer.seed_schedule`); an arm already named so would share that
+        unit's folder and eval file, one run silently overwriting the other."""
+        seeds = list(
+            dict.fromkeys(
+                s
+                for s in _list(_dict(self.d.get("decision_rule")).get("seeds"))
+                if _int(s) is not None
+            )
+        )
+        if len(seeds) < 2:
+            return
+        names = {
+            _dict(a).get("name"): i
+            for i, a in enumerate(self.arms)
+            if isinstance(_dict(a).get("name"), str)
+        }
+        for name, i in names.items():
+            seed = _int(_dict(self.arms[i]).get("seed"))
+            for s in seeds:
+                unit = f"{name}.seed{s}"
+                if s != seed and unit in names:
+                    self.err(
+                        f"arms[{names[unit]}].name",
+                        f"{unit!r} is also the name arms[{i}] ({name!r}) runs under at seed {s} "
+                        "(decision_rule.seeds); both would write one folder: rename the arm",
+                    )
 
     def check_engine(self) -> None:
         """The backend and the task are names from their registries, checked here rather than
