@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "as_disk_full",
     "atomic_dir",
     "atomic_write_bytes",
     "atomic_write_json",
@@ -64,20 +65,61 @@ def atomic_write_bytes(path: StrPath, data: bytes) -> Path:
     """Write `data` to `path` (parent folders created) so that readers see either the old file or
     the whole new one; on any error the old file stays and no temp file is left. Returns `path`."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise _naming(e, path) from None
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            _write_all(f, data)
         os.chmod(tmp, FILE_MODE)
         os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise _naming(e, path) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
     return path
+
+
+def _write_all(f: Any, data: bytes) -> None:
+    """Write, flush and fsync: where a full disk shows up (ENOSPC, naming no file)."""
+    f.write(data)
+    f.flush()
+    os.fsync(f.fileno())
+
+
+def _naming(e: OSError, path: Path) -> OSError:
+    """`e` naming the file being written: a write()'s ENOSPC names no file, and the user needs
+    to know which artifact did not fit."""
+    if e.filename is not None:
+        return e
+    return type(e)(e.errno, e.strerror or os.strerror(e.errno or 0), str(path))
+
+
+_DISK_FULL_TEXT = ("no space left", "os error 28", "file write failed", "disk quota")
+
+
+def as_disk_full(e: BaseException, folder: StrPath) -> OSError | None:
+    """An ENOSPC `OSError` naming `folder` when `e` is a full disk seen through a library that
+    does not raise OSError (safetensors' `SafetensorError`, torch.save's `RuntimeError`), else
+    None. Judged by the message, and for torch's bare "file write failed" by the folder's file
+    system having (almost) no space left."""
+    if isinstance(e, OSError):
+        return e if e.errno in (errno.ENOSPC, errno.EDQUOT) else None
+    text = str(e).lower()
+    if not any(marker in text for marker in _DISK_FULL_TEXT):
+        return None
+    if "file write failed" in text and "space" not in text:
+        try:
+            if shutil.disk_usage(folder).free > 1 << 20:  # a write that failed for another reason
+                return None
+        except OSError:
+            pass
+    return OSError(errno.ENOSPC, "No space left on device", str(folder))
 
 
 def atomic_write_text(path: StrPath, text: str, *, encoding: str = "utf-8") -> Path:

@@ -54,10 +54,14 @@ app.add_typer(plan_app, name="plan")
 def plan_check(
     plan_file: str = typer.Argument(..., help="The plan JSON file."),
 ) -> None:
-    """Validate PLAN_FILE: every problem on its own `json.path: message` line; exit 0 or 1."""
+    """Validate PLAN_FILE: every problem on its own `json.path: message` line; exit 0, 1 (the
+    plan has problems) or 2 (PLAN_FILE is missing, not a regular file, too large or not UTF-8)."""
     from losslab.plan import check_plan_file
 
     result = check_plan_file(plan_file)
+    if result.unreadable:
+        typer.echo(f"error: {result.errors[0].message}", err=True)
+        raise typer.Exit(2)
     for warning in result.warnings:
         typer.echo(f"warning: {warning}", err=True)
     if not result.ok:
@@ -79,25 +83,43 @@ def plan_show(
     utilisation: float = typer.Option(
         0.25, "--utilisation", help="Assumed fraction of the GPU's peak the run reaches."
     ),
+    prices: str | None = typer.Option(
+        None,
+        "--prices",
+        help="JSON price table for the Tinker cost (default: the plan's engine.price_table, "
+        "else losslab's dated table, losslab/stats/tinker_prices.json).",
+    ),
 ) -> None:
     """Summarize PLAN_FILE: arms and their switch, preflights, gate, decision rule, budget,
-    and the projected cost against the budget (losslab.stats.cost)."""
+    the projected GPU cost against the budget (losslab.stats.cost) and the Tinker token
+    counts and dollars (losslab.stats.tinker_cost)."""
     from losslab.plan import check_plan_file, plan_summary
-    from losslab.stats.cost import plan_cost
+    from losslab.stats.cost import plan_cost, unmeasured_prompt_bound
     from losslab.stats.power import power_lines
+    from losslab.stats.tinker_cost import load_price_table, tinker_cost
 
     result = check_plan_file(plan_file)
     if result.plan is None:
         for problem in result.errors:
             typer.echo(f"error: {problem}", err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(2 if result.unreadable else 1)
     typer.echo(plan_summary(result.plan, decision_notes=power_lines(result.plan)))
+    plan = result.plan
     try:
-        cost = plan_cost(result.plan, data=data, gpu=gpu, utilisation=utilisation)
+        table = load_price_table(prices or plan.engine.price_table)
+    except ValueError as exc:
+        option = "--prices" if prices else "engine.price_table"
+        typer.echo(f"error: {option}: {exc}", err=True)
+        raise typer.Exit(2) from None
+    try:
+        cost = plan_cost(plan, data=data, gpu=gpu, utilisation=utilisation)
     except ValueError as exc:  # unknown model size, bad --gpu / --utilisation
         typer.echo(f"\nCost projection: not available ({exc})")
-        return
-    typer.echo("\n" + "\n".join(cost.lines()))
+        prompt = unmeasured_prompt_bound(plan)
+    else:
+        typer.echo("\n" + "\n".join(cost.lines()))
+        prompt = cost.prompt
+    typer.echo("\n" + "\n".join(tinker_cost(plan, prompt.mean_tokens, table).lines()))
 
 
 # --- conform: module conformance (losslab.conformance.modules) ---
@@ -472,6 +494,13 @@ def run(
         "of the plan's architecture (minutes). Catches crashes before GPU hours are spent; "
         "its verdict is not evidence and its run directory cannot be resumed as a real run.",
     ),
+    source: list[str] | None = typer.Option(
+        None,
+        "--source",
+        help="owner/repo=PATH: a git checkout (or bare git dir) the correctness preflight "
+        "executes the pinned source from instead of fetching it; repeatable. Without it an "
+        "offline run re-derives the reference, and the console and report say so.",
+    ),
     tracker: str | None = typer.Option(
         None,
         "--tracker",
@@ -499,6 +528,7 @@ def run(
     if out is not None and resume is not None:
         typer.echo("error: pass either --out (a new run) or --resume (an existing one)", err=True)
         raise typer.Exit(2)
+    sources = _parse_sources_or_exit(source)
     try:
         run_plan(
             Path(plan),
@@ -510,6 +540,7 @@ def run(
             data=Path(data) if data else None,
             rehearse=rehearse,
             tracker=tracker,
+            sources=sources,
         )
     except PlanError as e:
         typer.echo(f"error: plan {plan} is not valid:\n{e}", err=True)
@@ -533,15 +564,29 @@ def report(
     from pathlib import Path
 
     from losslab.report import build_report
+    from losslab.runner.errors import RunDirError
+    from losslab.runner.lock import acquire_shared
 
     try:
+        # shared: reports may run side by side, never while a run rewrites the artifacts
+        lock = acquire_shared(Path(run_dir)) if Path(run_dir).is_dir() else None
+    except RunDirError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    try:
         paths = build_report(Path(run_dir))
+    except RunDirError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
     except FileNotFoundError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
     except (ValueError, KeyError, TypeError, AttributeError) as e:  # a hand-edited artifact
         typer.echo(f"error: cannot read the artifacts in {run_dir}: {e}", err=True)
         raise typer.Exit(2) from None
+    finally:
+        if lock is not None:
+            lock.release()
     typer.echo(f"report: {paths.html_path.resolve()}")
     typer.echo(f"facts: {paths.json_path.resolve()}")
 

@@ -104,3 +104,103 @@ def test_a_bad_resolved_value_is_a_run_error() -> None:
     comp.plan.set_loss("treatment", comp.plan.loss("treatment").with_params(low=-1.0))
     with pytest.raises(RunError, match=r"arms\['dppo_seed0'\].loss 'dppo_divergence_mask'"):
         _run_preflight(comp)
+
+
+# --- the same holds for a loss named as code, in each of the three forms -----------------------
+
+USER_FILE = PLAN.parent / "my_dppo_loss.py"
+"""examples/my_dppo_loss.py: DPPO-Binary-TV in Tinker's custom-loss form (delta, cap)."""
+
+
+def _git(root: Path, *args: str) -> str:
+    import subprocess
+
+    cfg = ["-c", "user.name=losslab-test", "-c", "user.email=t@example.com"]
+    out = subprocess.run(
+        ["git", "-C", str(root), *cfg, "-c", "commit.gpgsign=false", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.strip()
+
+
+def _code_plan(tmp_path: Path, form: str, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The arithmetic plan with its treatment loss named as code in `form`: the example file
+    next to the plan, the same file as a module on sys.path, or committed in a local git
+    repository that stands in for a framework's remote (fetched into the test's cache)."""
+    import json
+    import shutil
+
+    args = "(delta=0.15, cap=10.0)"
+    if form == "file":
+        shutil.copy(USER_FILE, tmp_path / "my_dppo_loss.py")
+        loss = f"my_dppo_loss.py::dppo_loss{args}"
+    elif form == "module":
+        pkg = tmp_path / "userpkg"
+        pkg.mkdir()
+        (pkg / "__init__.py").write_text("")
+        shutil.copy(USER_FILE, pkg / "my_dppo.py")
+        monkeypatch.syspath_prepend(str(tmp_path))
+        loss = f"userpkg.my_dppo:dppo_loss{args}"
+    else:
+        remote = tmp_path / "remotes" / "someone+dppo-code"
+        (remote / "losses").mkdir(parents=True)
+        shutil.copy(USER_FILE, remote / "losses" / "my_dppo.py")
+        _git(remote.parent, "init", "-q", str(remote))
+        _git(remote, "add", "-A")
+        _git(remote, "commit", "-q", "-m", "dppo")
+        commit = _git(remote, "rev-parse", "HEAD")
+        monkeypatch.setenv("LOSSLAB_SOURCE_REMOTE", str(tmp_path / "remotes" / "{owner}+{name}"))
+        loss = f"someone/dppo-code@{commit}:losses/my_dppo.py::dppo_loss{args}"
+    plan = json.loads(PLAN.read_text())
+    plan["arms"][1]["loss"] = loss
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    return path
+
+
+@pytest.mark.parametrize("form", ["file", "module", "pinned"])
+def test_trained_code_is_the_checked_code(
+    tmp_path: Path, form: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plan_file = _code_plan(tmp_path, form, monkeypatch)
+    plain = DefaultComponents(plan_file, DEFAULT_BACKEND)
+    mutated = DefaultComponents(plan_file, DEFAULT_BACKEND)
+    resolved = mutated.plan.loss("treatment")
+    assert resolved.user is not None and resolved.user.kind == form
+    mutated.plan.set_loss("treatment", resolved.with_params(delta=0.3))
+    arm = plain.plan.arm("treatment").name
+
+    # training: the arm calls the loaded function object itself, with the resolved keywords
+    config = arm_config(plain.plan, plain.losses, plain.schedule, arm)
+    assert config.loss_fn.loss is plain.losses[arm]
+    assert plain.losses[arm].signature == "tinker" and plain.losses[arm].params["delta"] == 0.15
+    assert mutated.losses[arm].params["delta"] == 0.3
+    datums = [build_datum([1, 2], [3, 4, 5], [SAMPLER_LP] * 3, 1.0)]
+    drifted = math.log(math.exp(SAMPLER_LP) + DRIFT)
+
+    def trained_mask_fraction(comp: DefaultComponents) -> float:
+        loss_fn = arm_config(comp.plan, comp.losses, comp.schedule, arm).loss_fn
+        logprobs = [torch.tensor([0.0, drifted, drifted, drifted]).requires_grad_(True)]
+        _, metrics = loss_fn(datums, logprobs)
+        return float(metrics["dppo/mask_fraction_nonzero_adv"])  # the code's own metric
+
+    # delta 0.15: the 0.2 drift of every completion token (A = +1) masks all; delta 0.3: none
+    assert trained_mask_fraction(plain) == 1.0
+    assert trained_mask_fraction(mutated) == 0.0
+
+    # preflight: the same objects; the code passes, the mutated code fails its reference checks
+    checked = _run_preflight(plain)
+    entry = checked.artifact["paths"][0]
+    assert checked.passed is True, entry["checks"]
+    assert entry["implementation"]["treatment"]["code"]["kind"] == form
+    assert (
+        entry["implementation"]["treatment"]["code"]["sha256"] == plain.losses[arm].code["sha256"]
+    )
+    report = _run_preflight(mutated)
+    entry = report.artifact["paths"][0]
+    assert "dppo_loss(delta=0.3, cap=10.0)" in entry["implementation"]["treatment"]["loss"]
+    assert report.passed is False
+    assert not entry["checks"]["reference_gradient"]["passed"]
+    assert entry["checks"]["baseline_gradient"]["passed"]

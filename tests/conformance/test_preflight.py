@@ -28,8 +28,17 @@ def test_check_rows_are_set_a_then_the_stress_fixture(report: dict) -> None:
     (path,) = report["paths"]
     rows = preflight_checks(report)
     names = [*path["checks"], *(f"stress_{k}" for k in path["stress"]["checks"])]
-    assert [r.name for r in rows] == [f"grpo_dppo_custom_loss.{n}" for n in names]
-    assert all(r.passed for r in rows) and len(rows) == 6  # 4 on set A, 2 on the stress set
+    properties = [
+        f"properties.{arm}.{check}" for arm, checks in report["properties"]["arms"].items()
+        for check in checks
+    ]  # fmt: skip
+    assert [r.name for r in rows] == [
+        *(f"grpo_dppo_custom_loss.{n}" for n in names),
+        *properties,
+        "properties.arms_differ",
+    ]
+    # 4 on set A, 2 on the stress set, then 6 properties per arm (both arms read policy inputs)
+    assert all(r.passed for r in rows) and len(rows) == 6 + 2 * 6 + 1
     grad = next(r for r in rows if r.name.endswith(".reference_gradient"))
     assert grad.bound == "atol 1e-05, rtol 0.001, min_cosine 0.9999"  # the plan's tolerance
     assert grad.measured == {

@@ -2,9 +2,9 @@
 
 FakeSamplingClient answers group j of every request with `completions[j % len(completions)]`
 (text + `<|im_end|>`), each token with sampler log-prob `SAMPLER_LP`. FakeTrainingClient returns,
-in `forward_backward_custom`, current log-probs `sampler + shift * k` on every position, where k
-is the number of optim steps since the last sampler snapshot and `shift` is `shifts[snapshot]`:
-so drift at each minibatch update is known by hand.
+in `forward_backward_custom`, current log-probs `sampler + mismatch + shift * k` on every
+position, where k is the number of optim steps since the last sampler snapshot and `shift` is
+`shifts[snapshot]`: so mismatch and drift at each minibatch update are known by hand.
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ class FakeTrainingClient:
     snapshots: int = 0
     since_snapshot: int = 0
     nan_at_call: int | None = None
+    mismatch: float = 0.0  # trainer minus sampler log-prob before any optim step
 
     def __post_init__(self) -> None:
         self.tokenizer = make_tiny_tokenizer()
@@ -97,7 +98,7 @@ class FakeTrainingClient:
         logprobs_list = []
         for datum in data:
             q = datum.loss_fn_inputs["logprobs"].to_torch().float()
-            lp = (q + shift).clone()
+            lp = (q + self.mismatch + shift).clone()
             if self.nan_at_call is not None and len(self.fb_sizes) == self.nan_at_call:
                 lp = lp * float("nan")
             logprobs_list.append(lp.requires_grad_(True))
@@ -126,14 +127,18 @@ def ppo_clip_loss(eps: float = 0.2):
     branch is taken (r outside the band in the direction A pushes)."""
 
     def loss_fn(data, logprobs_list):
-        total, clipped, n = 0.0, 0, 0
+        total, clipped, n, n_nonzero = 0.0, 0, 0, 0
         for lp, q, a, m in _token_tensors(data, logprobs_list):
             r = torch.exp(lp - q)
             unclipped, clip = r * a, torch.clamp(r, 1 - eps, 1 + eps) * a
             total = total - (torch.minimum(unclipped, clip) * m).sum()
-            clipped += int(((clip < unclipped) & m).sum())
+            clipped += int(((clip < unclipped) & m).sum())  # never an A = 0 token
             n += int(m.sum())
-        return total, {"loss/clip_fraction": clipped / n}
+            n_nonzero += int((m & (a != 0)).sum())
+        return total, {
+            "loss/clip_fraction": clipped / n,
+            "loss/clip_fraction_nonzero_adv": clipped / n_nonzero if n_nonzero else 0.0,
+        }
 
     return loss_fn
 

@@ -64,7 +64,7 @@ def _errors(loss: str, arm: int = 0) -> list[tuple[str, str]]:
 
 
 def test_plan_check_accepts_it_from_its_declaration_alone(capped_is: LossDeclaration) -> None:
-    # the baseline arm: the gate's grpo_clip_fraction reads its loss/clip_fraction
+    # the baseline arm: the gate's grpo_clip_fraction reads its loss/clip_fraction_nonzero_adv
     assert _errors("capped_is(cap=1.5)") == []
     assert MODULE not in sys.modules  # plan check read the declaration, not the function
 

@@ -253,7 +253,9 @@ def test_pilot_metrics_on_hand_built_case(tmp_path):
     Every sampled token has log q = -1. At update 2 the fake trainer's log-prob is
     -1 + s (one optim step since the snapshot), with s = 0.05 at step 0 and 0.3 at step 1.
     Each group has rewards [1, 0, 1, 0] -> A = [+.5, -.5, +.5, -.5]; every completion has 2
-    tokens, so half of the loss tokens have A > 0.
+    tokens, so half of the loss tokens have A > 0. No token has A = 0, so the gate fractions'
+    A != 0 denominator is every loss token here (A = 0 tokens: the test
+    test_grpo_clip_fraction_leaves_zero_advantage_tokens_out).
       step 0: |dp| = e^-0.95 - e^-1 = 0.0188616 < 0.1 -> mask 0; r = e^0.05 = 1.051 -> clip 0
       step 1: |dp| = e^-0.7 - e^-1 = 0.1287059 > 0.1 -> A>0 tokens masked: 0.5;
               r = e^0.3 = 1.3499 > 1.2 -> A>0 tokens clipped: 0.5
@@ -288,22 +290,50 @@ def test_pilot_metrics_flags_inconsistent_updates_and_missing_baseline():
             **base,
             "step": 0,
             "optim/steps_executed": 2.0,
-            "update2/baseline/loss/clip_fraction": 0.0,
+            "update2/baseline/loss/clip_fraction_nonzero_adv": 0.0,
         },
         {
             **base,
             "step": 1,
             "optim/steps_executed": 1.0,
-            "update2/baseline/loss/clip_fraction": 0.0,
+            "update2/baseline/loss/clip_fraction_nonzero_adv": 0.0,
         },
     ]
     got = pilot_metrics(steps, GATE_METRICS, base_model="m")
     assert math.isnan(got["executed_updates_per_batch"])
     assert got["executed_updates_per_batch_detail"] == "2,1"
-    with pytest.raises(KeyError, match="baseline/loss/clip_fraction' is missing at steps \\[0\\]"):
+    with pytest.raises(
+        KeyError, match="baseline/loss/clip_fraction_nonzero_adv' is missing at steps \\[0\\]"
+    ):
         pilot_metrics(
             [{**base, "step": 0, "optim/steps_executed": 2.0}], GATE_METRICS, base_model="m"
         )
+
+
+def test_grpo_clip_fraction_leaves_zero_advantage_tokens_out():
+    """The gate's GRPO clip fraction has the DPPO mask fraction's denominator (A != 0 tokens,
+    Stable-RL's pg_clipfrac), read from the real `ppo` loss as the baseline side loss.
+
+    Four loss tokens, r = e^0.3 = 1.35 > 1.2 on each, A = (+1, +1, 0, 0): the clip zeroes the
+    two A > 0 tokens (Tinker's ppo never clips A = 0), so the all-token share is 2/4 and the
+    A != 0 share 2/2."""
+    from losslab.losses import get_loss
+    from losslab.losses.data import TokenData
+
+    lp = [torch.tensor([-0.7, -0.7, -0.7, -0.7], requires_grad=True)]
+    batch = TokenData(
+        logprobs_D=lp,
+        sampler_logprobs_D=[torch.full((4,), -1.0)],
+        advantages_D=[torch.tensor([1.0, 1.0, 0.0, 0.0])],
+        mask_D=[torch.ones(4)],
+    )
+    metrics = get_loss("ppo")(batch).metrics
+    assert metrics["loss/clip_fraction"] == pytest.approx(0.5)
+    row = {f"update2/baseline/{k}": v for k, v in metrics.items()}
+    row.update({"step": 0, "update2/dppo/mask_fraction_nonzero_adv": 0.0})
+    row.update({"update2/policy/drift_vs_sampler_q90": 0.0, "optim/steps_executed": 2.0})
+    got = pilot_metrics([row], GATE_METRICS, base_model="m")
+    assert got["grpo_clip_fraction"] == pytest.approx(1.0)
 
 
 def test_metrics_jsonl_is_json_per_line(tmp_path):

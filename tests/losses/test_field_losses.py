@@ -92,6 +92,26 @@ def test_gspo_token_level_weights_each_token_by_its_own_advantage(make_batch):
     assert tok_grads[1] == pytest.approx(seq_grads[1], abs=1e-12)  # constant A: levels agree
 
 
+@pytest.mark.parametrize("level", ["sequence", "token"])
+def test_gspo_log_ratio_guards(make_batch, level):
+    # One datum, Δ = (12, 12) -> log s = 12 (and Δ = (30, 30) -> 30), A = -1 (A < 0 and s above
+    # the clip: the unclipped side), seq-mean-token-mean: L = s, dL/dℓ_t = s/2 (both levels).
+    #   "upper" (losslab): s = e^min(log s, 20), gradient straight through;
+    #   "verl": s = e^min(log s, 10) with torch's clamp, gradient 0 beyond 10;
+    #   "none" (TRL): s = e^log s.
+    def run(delta: float, guard: str):
+        lp, batch = make_batch([[-1.0 + delta] * 2], [[-1.0] * 2], [[-1.0] * 2])
+        out = get_loss("gspo", level=level, log_ratio_guard=guard)(batch)
+        out.loss.backward()
+        return [out.loss.item(), *lp[0].grad.tolist()]  # value, then the two gradients
+
+    assert run(12.0, "upper") == pytest.approx([E(12), E(12) / 2, E(12) / 2], rel=1e-12)
+    assert run(12.0, "none") == pytest.approx([E(12), E(12) / 2, E(12) / 2], rel=1e-12)
+    assert run(12.0, "verl") == pytest.approx([E(10), 0.0, 0.0], rel=1e-12)
+    assert run(30.0, "upper") == pytest.approx([E(20), E(20) / 2, E(20) / 2], rel=1e-12)
+    assert run(30.0, "none") == pytest.approx([E(30), E(30) / 2, E(30) / 2], rel=1e-12)
+
+
 def test_luspo_scales_each_sequence_by_its_length(make_batch):
     # LUSPO (TRL `luspo` after PR #6654): GSPO's sequence loss summed over the sequence's tokens,
     # then the mean over sequences: (1/2)(3·(-e^0.1) + 2·(2·e^0.2)); gradient n_d times GSPO's.

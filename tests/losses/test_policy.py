@@ -216,6 +216,26 @@ def test_dro_has_a_gradient_at_zero_advantage(make_batch):
     assert lp[0].grad.item() == pytest.approx(0.025, abs=1e-12)
 
 
+def test_pg_grad_norm_leaves_out_the_penalty(make_batch):
+    # DRO at ℓ = -1, ℓ_s = -1.5, A = 0: the whole gradient is the penalty's β(ℓ - ℓ_s) = 0.025
+    # (the test above) and the policy-gradient part -ℓ·A has gradient -A = 0
+    lp, batch = make_batch([[-1.0, -2.0]], [[-1.5, -2.0]], [[0.0, 2.0]])
+    out = get_loss("dro")(batch)
+    # PG part -Σ ℓ·A: gradient (-0, -2) -> norm 2; the penalty adds (0.025, 0) to the full one
+    assert out.metrics["loss/pg_grad_norm"] == pytest.approx(2.0, abs=1e-12)
+    out.loss.backward()
+    assert lp[0].grad.tolist() == pytest.approx([0.025, -2.0], abs=1e-12)
+    # DPPO with kl_tau: the penalty tau·(ℓ - ℓ_s)² is left out; without it the norms agree.
+    # Ratio surrogate, no mask at r = e^0.5 < c: PG gradient -A·r = (0, -2) -> norm 2
+    lp, batch = make_batch([[-1.0, -2.0]], [[-1.5, -2.0]], [[0.0, 2.0]])
+    with_tau = get_loss("dppo_binary_tv", kl_tau=0.1, low=1.0, high=1.0)(batch)
+    assert with_tau.metrics["loss/pg_grad_norm"] == pytest.approx(2.0, abs=1e-12)
+    # a batch whose log-probs carry no gradient: nothing to measure
+    _, frozen = make_batch([[-1.0]], [[-1.5]], [[1.0]])
+    frozen.logprobs_D[0].requires_grad_(False)
+    assert math.isnan(get_loss("ppo")(frozen).metrics["loss/pg_grad_norm"])
+
+
 def test_cross_entropy_ignores_advantages_and_sampler(make_batch):
     # L = -Σ m·ℓ = 1 + 2 = 3 whatever the advantages and sampler log-probs
     _, a = make_batch([[-1.0, -2.0]], [[-5.0, -0.1]], [[3.0, -7.0]])

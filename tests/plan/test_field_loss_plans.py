@@ -15,6 +15,7 @@ SEED_PLAN = REPO_ROOT / "examples" / "gsm8k_dppo_vs_grpo.json"
 # (arm-0 loss, the refusal's expected tail or None for accepted)
 CASES = [
     ("gspo(level=token, epsilon_low=0.2, epsilon_high=0.28)", None),
+    ("gspo(level=sequence, log_ratio_guard=verl)", None),
     ("gspo(level=tokens)", "gspo: level='tokens' is not valid; expected one of sequence, token"),
     ("luspo(epsilon_high=0.0004)", None),
     ("cispo_eps(epsilon_meaning=one_plus_eps, epsilon_high=4.0)", None),
@@ -50,6 +51,11 @@ CASES += [
     ("clip_cov(clip_cov_lb=6.0)", "clip_cov: clip_cov_lb=6.0 must be <= clip_cov_ub=5.0"),
     ("m2po(tau=0.04)", None),
     ("m2po(tau=0)", "m2po: tau=0: expected a value > 0"),
+    # the engine trains on sampler log-probs only: the recomputed ratio pair is refused
+    (
+        "icepop(anchor=recomputed, clip_low=0.8, clip_high=1.2)",
+        "anchors on recomputed old log-probs, which the engine never computes; use anchor=sampler",
+    ),
 ]
 
 _PROBE = """

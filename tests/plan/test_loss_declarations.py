@@ -10,7 +10,7 @@ import pytest
 
 from losslab.losses import LOSSES, build_loss, get_loss
 from losslab.losses.declarations import Choice, LossDeclaration, Number
-from losslab.plan import GATE_METRICS, check_plan_data
+from losslab.plan import GATE_METRICS, check_plan_data, resolve_loss
 
 from ._plans import fresh_seed, set_at
 
@@ -96,5 +96,11 @@ def test_every_loss_spec_pastes_into_a_plan(name: str) -> None:
     data = fresh_seed()
     set_at(data, "arms[0].loss", fn.spec)  # the baseline: the gate's DPPO metric is the treatment's
     result = check_plan_data(data)
+    if not LOSSES[name].reads_policy_inputs:  # cross-entropy: the spec reads, an RL arm refuses it
+        assert [(e.path, "cannot train an RL arm" in e.message) for e in result.errors] == [
+            ("arms[0].loss", True)
+        ]
+        assert build_loss(resolve_loss(fn.spec)) == fn
+        return
     assert result.errors == []
     assert build_loss(result.plan.loss("baseline")) == fn

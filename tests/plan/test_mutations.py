@@ -385,6 +385,134 @@ MUTATIONS: list[tuple[str, Mutation, str, str]] = [
     # --- budget ---
     ("budget-negative", setv("budget.gpu_hours", -1.0), "budget.gpu_hours", "positive"),
     ("budget-empty", setv("budget", {}), "budget", "give gpu_hours or max_wall_minutes"),
+    # --- issue 25: names that reach the file system (the safe-name rule, plan/names.py) ---
+    (
+        "arm-name-traversal",
+        setv("arms[0].name", "../../../victim_data/train"),
+        "arms[0].name",
+        "'/', a path separator",
+    ),
+    ("arm-name-absolute", setv("arms[1].name", "/tmp/victim"), "arms[1].name", "an absolute path"),
+    ("arm-name-backslash", setv("arms[0].name", "..\\victim"), "arms[0].name", "a path separator"),
+    ("arm-name-dotdot", setv("arms[0].name", ".."), "arms[0].name", "a dot name"),
+    ("arm-name-dot", setv("arms[1].name", "."), "arms[1].name", "a dot name"),
+    ("arm-name-hidden", setv("arms[0].name", ".grpo"), "arms[0].name", "a dot name"),
+    ("arm-name-empty", setv("arms[0].name", ""), "arms[0].name", "is empty"),
+    ("arm-name-long", setv("arms[0].name", "a" * 65), "arms[0].name", "at most 64"),
+    ("arm-name-option", setv("arms[0].name", "-rf"), "arms[0].name", "not a letter or digit"),
+    ("arm-name-space", setv("arms[0].name", "grpo seed0"), "arms[0].name", "contains ' '"),
+    ("arm-name-unicode", setv("arms[0].name", "grpo\u2215seed0"), "arms[0].name", "contains"),
+    (
+        "arm-names-differ-in-case",
+        setv("arms[1].name", "GRPO_seed0"),
+        "arms[1].name",
+        "only in case",
+    ),
+    ("task-unknown", setv("dataset.name", "nosuch_task"), "dataset.name", "is not a task"),
+    (
+        "task-rg-traversal",
+        setv("engine", {"task": "rg:../../etc"}),
+        "engine.task",
+        "a path separator",
+    ),
+    # --- issue 25: plans wrongly accepted before ---
+    (
+        "backend-unknown",
+        setv("engine", {"backend": "nosuch"}),
+        "engine.backend",
+        "is not a backend",
+    ),
+    (
+        "loss-cross-entropy",
+        setv("arms[0].loss", "cross_entropy"),
+        "arms[0].loss",
+        "cannot train an RL arm",
+    ),
+    ("title-empty", setv("title", ""), "title", "is empty"),
+    ("title-blank", setv("title", "  \t"), "title", "is empty"),
+    ("title-nul", setv("title", "a\x00b"), "title", "a NUL byte"),
+    ("title-escape-sequence", setv("title", "\x1b[2Jx"), "title", "a control character"),
+    ("title-lone-surrogate", setv("title", "DPPO \ud800"), "title", "lone UTF-16 surrogate"),
+    (
+        "key-lone-surrogate",
+        setv("engine", {"\udfff": 1}),
+        "'engine.\\udfff'",
+        "lone UTF-16 surrogate",
+    ),
+    (
+        "revision-nul",
+        _edit_revision("reference_revision", "clip_ratio=0.15", "clip_ratio=0.15\x00"),
+        "correctness_preflight.paths[0].reference_revision",
+        "a NUL byte",
+    ),
+    (
+        "revision-path-traversal",
+        _edit_revision("reference_revision", ":verl/", ":../../verl/"),
+        "correctness_preflight.paths[0].reference_revision",
+        "'..' part",
+    ),
+    (
+        "revision-path-absolute",
+        _edit_revision("reference_revision", ":verl/", ":/verl/"),
+        "correctness_preflight.paths[0].reference_revision",
+        "is absolute",
+    ),
+    (
+        "baseline-clip-nan",
+        _edit_revision("baseline_revision", "clip 0.8/1.2", "clip nan/nan"),
+        "correctness_preflight.paths[0].baseline_revision",
+        "two finite numbers",
+    ),
+    (
+        "baseline-clip-words",
+        _edit_revision("baseline_revision", "clip 0.8/1.2", "clip low/high"),
+        "correctness_preflight.paths[0].baseline_revision",
+        "two finite numbers",
+    ),
+    (
+        "baseline-clip-ratio-nan",
+        _edit_revision("baseline_revision", "clip 0.8/1.2", "clip_ratio=nan"),
+        "correctness_preflight.paths[0].baseline_revision",
+        "clip_ratio=nan is not a finite number",
+    ),
+    (
+        "baseline-clip-string",
+        _edit_revision("baseline_revision", "clip 0.8/1.2", "clip_ratio='0.2'"),
+        "correctness_preflight.paths[0].baseline_revision",
+        "is not a finite number",
+    ),
+    (
+        "baseline-clip-one-threshold",
+        _edit_revision("baseline_revision", "clip 0.8/1.2", "clip_low_threshold=0.8"),
+        "correctness_preflight.paths[0].baseline_revision",
+        "but not clip_high_threshold",
+    ),
+    (
+        "baseline-clip-inverted",
+        _edit_revision("baseline_revision", "clip 0.8/1.2", "clip 1.2/0.8"),
+        "correctness_preflight.paths[0].baseline_revision",
+        "not low < 1 < high",
+    ),
+    (
+        "weights-huge",
+        both(setv(f"{CRIT}.weights.treatment", 1e308), setv(f"{CRIT}.weights.baseline", -1e308)),
+        f"{CRIT}.weights",
+        "overflows to inf",
+    ),
+    (
+        "weights-subnormal",
+        setv(f"{CRIT}.weights.treatment", 5e-324),
+        f"{CRIT}.weights.treatment",
+        "normal floating-point range",
+    ),
+    (
+        "bounds-huge",
+        setv(f"{CRIT}.bounds", [-1e308, 1e308]),
+        f"{CRIT}.bounds",
+        "overflows to inf",
+    ),
+    ("alpha-subnormal", setv("decision_rule.alpha", 5e-324), "decision_rule.alpha", "rounds to 1"),
+    ("alpha-1e-17", setv("decision_rule.alpha", 1e-17), "decision_rule.alpha", "rounds to 1"),
 ]
 
 
@@ -487,8 +615,9 @@ def test_unparseable_files(tmp_path: Path, content: str, words: str) -> None:
 
 
 def test_missing_file(tmp_path: Path) -> None:
+    """A plan file that is not there is a usage error (exit 2), not a plan with problems."""
     result = CliRunner().invoke(app, ["plan", "check", str(tmp_path / "absent.json")])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "does not exist" in result.output
 
 

@@ -69,3 +69,18 @@ def test_a_refused_loss_is_refused_without_torch(tmp_path: Path) -> None:
     ]
     assert "from the treatment arm's loss, cispo" in result["errors"][0]
     assert "ppo: clip_low_threshold=-1: expected a value >= 0" in result["errors"][1]
+
+
+def test_the_backend_and_name_checks_run_without_torch(tmp_path: Path) -> None:
+    """`engine.backend` is checked against `backends.registry` (stdlib only) and the arm name
+    against the safe-name rule, still without loading a backend, torch or the SDK."""
+    data = json.loads(EXAMPLES[0].read_text(encoding="utf-8"))
+    data["engine"]["backend"] = "nosuch"
+    data["arms"][0]["name"] = "../../../victim_data/train"
+    data["decision_rule"]["alpha"] = 5e-324
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(data), encoding="utf-8")
+    result = _plan_check_imports(plan)
+    assert (result["exit"], result["imported"]) == (1, [])
+    paths = [line.split(":")[1].strip() for line in result["errors"]]
+    assert {"arms[0].name", "engine.backend", "decision_rule.alpha"} <= set(paths), paths

@@ -30,8 +30,11 @@ from losslab.plan import DecisionRule
 from losslab.runner import phases as phase_table
 from losslab.runner.artifacts import read_rows
 from losslab.runner.protocols import Phase, PhaseContext, Schedule
+from losslab.runner.rundir import BASE_MODEL
 from losslab.stats.decision import verdict_line
 from losslab.stats.seeds import decision_phase
+from losslab.tasks.audit import generation_audit
+from losslab.tasks.base import Problem
 
 N_EVAL = 40
 
@@ -134,6 +137,7 @@ class FakeComponents:
             "restoration": self.restoration,
             "gate": self.gate,
             "feasibility": self.feasibility,
+            "audit": self.audit,
             "decision": self.decide,
         }
         return tuple(replace(p, run=fakes.get(p.name, p.run)) for p in phase_table.PHASES)
@@ -203,6 +207,18 @@ class FakeComponents:
             for i, e in enumerate(err)
         ]
         return evaluation_result(rows)
+
+    def audit(self, ctx: PhaseContext) -> PhaseResult:
+        """The real audit on the fake's items (questions as `evaluate` writes them); one
+        training question repeats test item 0's, so the overlap is 1."""
+        test = [
+            Problem(f"item{i}", f"what is the sum of the 4 inputs of item {i}?", "")
+            for i in range(N_EVAL)
+        ]
+        train = [Problem("t0", test[0].question.upper(), ""), Problem("t1", "something else", "")]
+        evals = {BASE_MODEL: read_rows(ctx.run_dir.base_eval_path)}
+        evals.update({a: read_rows(ctx.run_dir.eval_path(a)) for a in self.schedule.arms})
+        return generation_audit(train, test, evals, max_eval_overlaps=1, required=False)
 
     def decide(self, ctx: PhaseContext) -> PhaseResult:
         evals = {arm: read_rows(ctx.run_dir.eval_path(arm)) for arm in self.schedule.arms}

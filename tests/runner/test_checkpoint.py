@@ -88,6 +88,22 @@ def test_atomic_json_leaves_no_temp_file_and_is_readable(tmp_path: Path) -> None
     assert path.stat().st_mode & 0o044  # group/other can read an artifact (not mkstemp's 0600)
 
 
-def test_secret_values_are_redacted_from_artifacts(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TINKER_API_KEY", "tml-abc")
-    assert dumps_json({"note": "key=tml-abc"}) == '{\n  "note": "key=***"\n}\n'
+def test_artifacts_are_never_redacted_and_one_holding_a_secret_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 25: redaction rewrote artifacts (TINKER_API_KEY=a turned sha256 digests into
+    `d***m***ged`-like text). Artifacts keep their bytes; one that would hold a (redactable,
+    >= 16 chars) key is not written, naming the variable and not the value."""
+    from losslab.runner.rundir import SecretInArtifact, redact
+
+    monkeypatch.setenv("TINKER_API_KEY", "a")  # too short to redact: text streams keep it too
+    assert dumps_json({"backend": "local"}) == '{\n  "backend": "local"\n}\n'
+    assert redact("backend local, sha a3f") == "backend local, sha a3f"
+    key = "tml-abcdefghijklmnop"  # 20 chars >= REDACT_MIN_CHARS
+    monkeypatch.setenv("TINKER_API_KEY", key)
+    assert redact(f"key={key}") == "key=***"  # logs and crash files: redacted
+    assert key in dumps_json({"note": f"key={key}"})  # the canonical text itself is unchanged
+    with pytest.raises(SecretInArtifact, match="value of TINKER_API_KEY") as info:
+        write_json_artifact(tmp_path / "x.json", {"note": f"key={key}"})
+    assert key not in str(info.value)
+    assert not (tmp_path / "x.json").exists()

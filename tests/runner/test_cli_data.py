@@ -40,7 +40,16 @@ BAD_ROWS = {
         '{"question": " ", "answer": "#### 7"}\n',
         "test.jsonl:2: 'question' must be a non-empty string",
     ),
-    "not UTF-8": (b"\xff\xfe\n", "test.jsonl: not UTF-8 text"),
+    "not UTF-8": (b"\xff\xfe\n", "test.jsonl:2: not UTF-8 text"),
+    # issue 25: a lone surrogate reached the tokenizer (exit 70); now named with its JSON path
+    "lone surrogate": (
+        '{"question": "q \\ud800", "answer": "#### 7"}\n',
+        "test.jsonl:2: $.question is not valid Unicode text",
+    ),
+    "lone surrogate key": (
+        '{"question": "q", "answer": "#### 7", "\\udc00": 1}\n',
+        "test.jsonl:2: $ (a key) is not valid Unicode text",
+    ),
     "deep": ("[" * 5000 + "]" * 5000 + "\n", "test.jsonl:2: not valid JSON"),
 }
 
@@ -110,4 +119,70 @@ def test_a_malformed_data_row_stops_the_run_naming_the_line(tmp_path: Path) -> N
     r = _cli("run", str(plan), "--data", str(data), "--out", str(out), "-q")
     assert r.exit_code == 2, r.output
     assert f"{data / 'test.jsonl'}:2: GSM8K answer has no '####' line" in r.output
+    assert not out.exists()
+
+
+# --- issue 25: special files and unbounded lines are refused before they are read -----------
+
+
+def test_a_line_longer_than_the_bound_is_named_not_tokenized(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from losslab.tasks import gsm8k
+
+    monkeypatch.setattr(gsm8k, "MAX_DATA_LINE_BYTES", 4096)  # the real bound is 1 MiB
+    long_row = json.dumps({"question": "x" * 5000, "answer": "#### 1"}) + "\n"
+    data = _data_dir(tmp_path, long_row)
+    with pytest.raises(ValueError, match=r"test.jsonl:2: the line is longer than 4096 bytes"):
+        Gsm8kTask(data=data)
+
+
+def test_a_50_mb_line_is_refused_at_the_real_bound_without_reading_it_whole(
+    tmp_path: Path,
+) -> None:
+    data = _data_dir(tmp_path)
+    with (data / "test.jsonl").open("a") as f:  # ~50 MB on one line (the issue's case)
+        f.write('{"question": "' + "y" * (50 * 2**20) + '", "answer": "#### 1"}\n')
+    with pytest.raises(ValueError, match=r"test.jsonl:5: the line is longer than 1048576 bytes"):
+        Gsm8kTask(data=data)
+
+
+def test_dev_zero_as_a_data_file_is_refused_at_once(tmp_path: Path) -> None:
+    data = _data_dir(tmp_path)
+    (data / "test.jsonl").unlink()
+    (data / "test.jsonl").symlink_to("/dev/zero")
+    with pytest.raises(ValueError, match=r"test.jsonl: is a device; only regular data files"):
+        Gsm8kTask(data=data)
+
+
+def test_a_fifo_as_a_data_file_is_refused_without_blocking(tmp_path: Path) -> None:
+    import os
+
+    data = _data_dir(tmp_path)
+    (data / "test.jsonl").unlink()
+    os.mkfifo(data / "test.jsonl")  # opening it for reading would block with no writer
+    with pytest.raises(ValueError, match=r"test.jsonl: is a FIFO"):
+        Gsm8kTask(data=data)
+
+
+def test_a_data_file_over_the_size_bound_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from losslab.tasks import gsm8k
+
+    monkeypatch.setattr(gsm8k, "MAX_DATA_FILE_BYTES", 100)
+    data = _data_dir(tmp_path)
+    with pytest.raises(ValueError, match=r"bytes, more than the 100 a data file may hold"):
+        Gsm8kTask(data=data)
+
+
+def test_dev_zero_data_stops_the_cli_run_with_exit_2(tmp_path: Path) -> None:
+    plan = _gsm8k_tiny_plan(tmp_path, n_eval=1)
+    data = _data_dir(tmp_path)
+    (data / "train.jsonl").unlink()
+    (data / "train.jsonl").symlink_to("/dev/zero")
+    out = tmp_path / "run"
+    r = _cli("run", str(plan), "--data", str(data), "--out", str(out), "-q")
+    assert r.exit_code == 2, r.output
+    assert "train.jsonl: is a device" in r.output
     assert not out.exists()

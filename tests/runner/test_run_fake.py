@@ -16,6 +16,7 @@ import pytest
 from losslab.runner import CheckFailed, ResumeRefused, RunDirError, RunInterrupted, run_plan
 from losslab.runner import rundir as rundir_mod
 from losslab.runner.checkpoint import completed_steps
+from losslab.runner.errors import DiskFull
 
 from ._fake_components import factory, write_fake_plan
 from ._fake_components import final_state as _final_state
@@ -32,6 +33,7 @@ ARTIFACTS = [
     "arms/treat/metrics.jsonl",
     "eval_base.jsonl",
     "eval_treat.jsonl",
+    "generation_audit.json",
     "verdict.json",
     "report.json",
     "report.html",
@@ -58,6 +60,7 @@ def test_complete_run_writes_every_artifact(plan: Path, tmp_path: Path) -> None:
             "gate",
             "arms",
             "evaluation",
+            "audit",
             "decision",
             "report",
         )
@@ -221,7 +224,9 @@ def test_disk_full_gives_resume_hint_and_run_resumes(
         return real(*args, **kwargs)
 
     monkeypatch.setattr("losslab.runner.run.save_checkpoint", full_disk)
-    with pytest.raises(RunDirError, match=r"disk is full while writing step_0003.*--resume"):
+    with pytest.raises(
+        DiskFull, match=r"no space left on the device while writing step_0003.*--resume"
+    ):
         run_plan(plan, out=tmp_path / "run", quiet=True, components_factory=factory())
     monkeypatch.setattr("losslab.runner.run.save_checkpoint", real)
     run_plan(plan, resume=tmp_path / "run", quiet=True, components_factory=factory())
@@ -239,10 +244,12 @@ def test_secrets_never_reach_the_log(
         comp.environment = lambda: {"note": "key tml-secret-value-123"}  # a careless component
         return comp
 
-    run_plan(plan, out=tmp_path / "run", quiet=True, components_factory=leaky)
+    # artifacts are never redacted (issue 25): one that would carry the key is refused instead
+    with pytest.raises(RunDirError, match=r"manifest.json: it would contain the value of TINKER"):
+        run_plan(plan, out=tmp_path / "run", quiet=True, components_factory=leaky)
     for f in (tmp_path / "run").rglob("*"):
-        if f.is_file() and f.suffix in (".json", ".jsonl", ".log", ".html"):
-            assert "tml-secret-value-123" not in f.read_text(), f
+        if f.is_file():
+            assert b"tml-secret-value-123" not in f.read_bytes(), f
 
 
 def test_progress_bars_mode_runs_and_prints_the_verdict(

@@ -107,6 +107,40 @@ def test_reference_run_trains(tiny: dict[str, Path]) -> None:
     assert any(float(v.abs().max()) > 0 for k, v in adapter.items() if "lora_B" in k)
 
 
+def test_pilot_diagnostics_of_the_reference_run(tiny: dict[str, Path]) -> None:
+    """The pilot phase writes its diagnostics and the alignment check; the report shows them."""
+    run = tiny["reference"]
+    plan = json.loads(tiny["plan"].read_text())
+    diag = json.loads((run / "pilot" / "diagnostics.json").read_text())
+    assert diag["available"] is True
+    # the local backend's sampler and trainer are one model: no gap before any update
+    assert diag["mismatch"]["abs_logprob_max"] < 1e-4
+    assert diag["alignment"]["passed"] is True
+    assert diag["groups"]["planned_group_size"] == plan["engine"]["group_size"]
+    assert 1 <= diag["groups"]["effective_group_size_mean"] <= plan["engine"]["group_size"]
+    treatment_seed = json.loads((run / "manifest.json").read_text())["schedule"]["seeds"][
+        "dppo_seed0"
+    ]
+    assert diag["seeds"]["arm"] == diag["seeds"]["global_rngs"] == treatment_seed
+    # the local client reports the seed it was created with
+    assert diag["seeds"]["training_client"] == {
+        "requested": treatment_seed,
+        "reported": treatment_seed,
+        "note": "reported by the client",
+    }
+    pilot = json.loads((run / "manifest.json").read_text())["phases"]["pilot"]
+    assert [c["check"] for c in pilot["checks"]] == ["sampler_trainer_alignment"]
+    html = (run / "report.html").read_text(encoding="utf-8")
+    assert 'id="pilot-mismatch-vs-drift"' in html and 'id="pilot-groups"' in html
+    # the gate's artifact names, beside each per-update gate metric, what made it act
+    gate = json.loads((run / "pilot" / "gate.json").read_text())
+    rows = {r["metric"]: r for r in diag["trust_region"]}
+    assert gate["mismatch_vs_drift"]["dppo_masked_token_fraction"] == {
+        k: rows["dppo_masked_token_fraction"][k]
+        for k in ("mismatch_only", "mismatch_and_drift", "acted_because")
+    }
+
+
 def test_sigkill_at_several_points_then_resume_is_identical(
     tiny: dict[str, Path], tmp_path: Path
 ) -> None:

@@ -14,15 +14,35 @@ from losslab.backends.restoration import OPTIMIZER_KEYS
 from losslab.checks import Check, PhaseResult
 
 
-def compare_config(values: Mapping[str, Mapping[str, Any]], arm: str) -> PhaseResult:
+def compare_config(
+    values: Mapping[str, Mapping[str, Any]],
+    arm: str,
+    reported: Mapping[str, Any] | None = None,
+) -> PhaseResult:
     """`{key: {"plan", "executed"}}` -> the arm's record (each entry gains `match`) and one
-    check `<arm>.<key>` per entry: the executed value must equal the planned one."""
+    check `<arm>.<key>` per entry: the executed value must equal the planned one. `reported`
+    values (what the backend says it runs where the plan names nothing, e.g. its kernels) join
+    the record with `plan` and `match` None and no check."""
     record = {k: {**v, "match": v.get("plan") == v.get("executed")} for k, v in values.items()}
     checks = [
         Check(f"{arm}.{k}", v.get("executed"), f"== {v.get('plan')!r} (the plan)", v["match"])
         for k, v in record.items()
     ]
+    for key, value in (reported or {}).items():
+        record[key] = {"plan": None, "executed": value, "match": None}
     return PhaseResult(record, checks=checks)
+
+
+def reported_kernels(client: Any) -> dict[str, str]:
+    """`{"kernel.<function>": implementation}` from the client's `describe()` where it names
+    the kernels its linear-attention layers dispatch to (the local backend on a Gated-DeltaNet
+    model: flash-linear-attention / causal-conv1d on CUDA when installed, else torch paths);
+    empty for a client that reports none (Tinker, dense models)."""
+    describe = getattr(client, "describe", None)
+    if not callable(describe):
+        return {}
+    kernels = describe().get("linear_attention_kernels") or {}
+    return {f"kernel.{name}": str(impl) for name, impl in kernels.items()}
 
 
 def executed_config(
@@ -42,4 +62,4 @@ def executed_config(
         actual = read_back()
         for key in OPTIMIZER_KEYS:
             values[f"adam.{key}"] = {"plan": adam[key], "executed": actual.get(key)}
-    return compare_config(values, arm)
+    return compare_config(values, arm, reported_kernels(client))

@@ -10,9 +10,11 @@ layer may import both `plan` and `losses`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from losslab.losses import LossFn, build_loss
+from losslab.losses import build_loss
 
 if TYPE_CHECKING:
     from losslab.plan import Plan
@@ -20,17 +22,31 @@ if TYPE_CHECKING:
 __all__ = ["arm_losses"]
 
 
-def arm_losses(plan: Plan) -> dict[str, LossFn]:
-    """`{arm name: LossFn}` for every arm of `plan`, in plan order.
+def arm_losses(
+    plan: Plan, *, sources: Mapping[str, Path] | None = None, offline: bool = False
+) -> dict[str, Any]:
+    """`{arm name: LossFn}` for every arm of `plan`, in plan order; an arm whose loss is code
+    (`ResolvedLoss.user`) gets its `losslab.conformance.user_loss.UserLossFn`, imported once.
+
+    Args:
+        sources, offline: where a pinned function's commit is read from (`--source`) and
+            whether it may be fetched, as for the preflight's references.
 
     Raises:
         ValueError: a resolved loss the registry rejects (unknown name or parameter, invalid
-            value); the message names the arm.
+            value), or code that cannot be used (`UserLossError`); the message names the arm.
     """
-    out: dict[str, LossFn] = {}
+    out: dict[str, Any] = {}
     for arm in plan.arms:
         resolved = plan.loss(arm)
         try:
+            if resolved.user is not None:
+                from losslab.conformance.user_loss import load_user_loss
+
+                out[arm.name] = load_user_loss(
+                    resolved.user, params=resolved.values, sources=sources, offline=offline
+                )
+                continue
             out[arm.name] = build_loss(resolved)
         except ValueError as exc:
             raise ValueError(f"arms[{arm.name!r}].loss {resolved.plan_name!r}: {exc}") from exc

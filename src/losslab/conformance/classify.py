@@ -29,6 +29,8 @@ ALTERNATIVES: tuple[tuple[str, Any, str], ...] = (
     ("thresholds", 0.1, "Spindle tv_threshold default"),
     ("thresholds", 0.15, "paper and verl DPPO example"),
     ("thresholds", 0.2, "SkyRL DPPOConfig, prime-rl DefaultLossConfig, verl ActorConfig"),
+    ("low", 0.2, "one threshold left at the 0.2 default of SkyRL/prime-rl/verl (low side)"),
+    ("high", 0.2, "one threshold left at the 0.2 default of SkyRL/prime-rl/verl (high side)"),
     ("anchor", "sampler", "mask against the rollout (paper, Stable-RL, SkyRL, prime-rl)"),
     ("anchor", "recomputed", "mask against recomputed old (Stable-RL *_recompute, verl)"),
     ("weight_anchor", "sampler", "IS weight against the rollout (Stable-RL, verl bypass)"),
@@ -104,6 +106,8 @@ def classify(
     reference: Any,
     fixture: Fixture,
     tolerances: Mapping[str, Tolerance],
+    *,
+    resolved: Any = None,
 ) -> dict[str, Any]:
     """Try each alternative on our side; return the ones under which both checks pass.
 
@@ -111,7 +115,11 @@ def classify(
         loss_fn, value_fn: our loss as trained and in the reference's value convention.
         reference: the `ReferenceResult` the checks failed against.
         tolerances: {"loss": Tolerance, "gradient": Tolerance} of the failed path.
+        resolved: the reference's `ResolvedReference`; with a loss that is code (which has no
+            parameters to vary) `classify_code` varies the reference's losslab configuration.
     """
+    if getattr(loss_fn, "user", None) is not None:
+        return classify_code(loss_fn, resolved, fixture, tolerances)
     matches, tried = [], 0
     for key, alt, why in ALTERNATIVES:
         if key == "surrogate":  # the value form: the gradient is the same by construction
@@ -138,5 +146,56 @@ def classify(
             "; ".join(m["summary"] for m in matches)
             if matches
             else f"no single convention change (of {tried} tried) makes it pass"
+        ),
+    }
+
+
+def classify_code(
+    code_fn: Any, resolved: Any, fixture: Fixture, tolerances: Mapping[str, Tolerance]
+) -> dict[str, Any]:
+    """Name what code's loss does instead: the single convention change to losslab's
+    configuration of the reference (`Framework.losslab_config`) under which that configuration
+    reproduces the code's value and gradient, e.g. "your code matches the reference with
+    clip_ratio_c = inf: no cap". The code itself has no parameters to vary."""
+    from losslab.conformance.ours import config_losses
+
+    config = resolved.framework.losslab_config(resolved, fixture) if resolved else None
+    if config is None or config.loss is None:
+        why = config.reason if config is not None else "no resolved reference"
+        return {"tried": 0, "matches": [], "summary": f"not classified: {why}"}
+    trained, valued = config_losses(config)
+    code_value, _, _ = run_ours(code_fn, fixture)
+    _, code_grads, _ = run_ours(code_fn, fixture)
+    matches, tried = [], 0
+    for key, alt, why in ALTERNATIVES:
+        if key == "surrogate":
+            grad_fn, val_fn = trained, _with(valued, key, alt)
+        else:
+            grad_fn, val_fn = _with(trained, key, alt), _with(valued, key, alt)
+        if grad_fn is None or val_fn is None:
+            continue
+        tried += 1
+        value, _, _ = run_ours(val_fn, fixture)
+        _, grads, _ = run_ours(grad_fn, fixture)
+        loss_ok = check_tolerance(code_value, value, tolerances["loss"]).passed
+        grad_ok = check_tolerance(code_grads, grads, tolerances["gradient"]).passed
+        if loss_ok and grad_ok:
+            shown = "inf" if alt == math.inf else alt
+            label = "the sign flipped" if key == "sign" else f"{key} = {shown}"
+            matches.append(
+                {
+                    "change": label,
+                    "because": why,
+                    "summary": f"your code matches the reference with {label}: {why}",
+                }
+            )
+    return {
+        "tried": tried,
+        "matches": matches,
+        "compared_with": f"losslab.losses {valued.spec} (the reference's configuration)",
+        "summary": (
+            "; ".join(m["summary"] for m in matches)
+            if matches
+            else f"no single convention change (of {tried} tried) to the reference explains it"
         ),
     }

@@ -11,6 +11,10 @@ Values are compared in the reference's value convention (Stable-RL returns -A*sg
 the surrogate), gradients with the arm's loss as trained. Errors are computed in float64 and
 checked against the plan's `tolerances`; the report has the seed report's fields plus, per check,
 the tolerance used and pass/fail, and the share of tokens the clip and the mask fired on.
+
+Beside the references, every arm's loss object gets the reference-free property checks of
+`conformance.properties` (report key `properties`, rows `properties.<arm>.<check>`;
+docs/properties.md).
 """
 
 from __future__ import annotations
@@ -37,8 +41,10 @@ from losslab.conformance.frameworks import (
 from losslab.conformance.metrics import Tolerance, check_tolerance
 from losslab.conformance.ours import run_ours
 from losslab.conformance.pinned import PinnedSourceError, run_pinned
+from losslab.conformance.properties import property_rows, run_properties
 from losslab.conformance.provenance import provenance_of
 from losslab.plan import Plan, RevisionError, parse_revision
+from losslab.plan.user_loss import UserLossError
 
 CHECKS = ("baseline_loss", "baseline_gradient", "reference_loss", "reference_gradient")
 PRECISION = "float32 CPU torch (Tinker logprobs dtype); errors computed in float64"
@@ -84,6 +90,8 @@ def _value_spec(loss_fn: Any, ref: ResolvedReference) -> Any:
     """Our loss re-bound to the reference's value convention (gradient unchanged)."""
     from losslab.losses import get_loss
 
+    if getattr(loss_fn, "user", None) is not None:
+        return loss_fn  # code is compared as written: its value is what it returns
     if ref.value_convention == "logprob" and getattr(loss_fn, "params", {}).get(
         "surrogate"
     ) not in (None, "logprob"):
@@ -100,7 +108,12 @@ def _spec_text(loss_fn: Any) -> str:
 
 
 def plan_implementations(
-    plan: Any, path: Any, losses: Mapping[str, Any] | None = None
+    plan: Any,
+    path: Any,
+    losses: Mapping[str, Any] | None = None,
+    *,
+    sources: Mapping[str, Path] | None = None,
+    offline: bool = False,
 ) -> dict[str, Implementation]:
     """Our implementation of the plan's baseline and treatment arms for `path`.
 
@@ -109,7 +122,11 @@ def plan_implementations(
     """
     from losslab.conformance.arm_losses import arm_losses
 
-    losses = losses if losses is not None else arm_losses(plan)
+    if losses is None:
+        try:
+            losses = arm_losses(plan, sources=sources, offline=offline)
+        except ValueError as exc:  # code that does not import, a pinned function not had
+            raise PreflightError(str(exc)) from exc
     out = {}
     for role, rev_text in (
         ("baseline", path.baseline_revision),
@@ -208,6 +225,19 @@ def _fractions(
         "tokens": int(blocked.sum()),
         "tokens_nonzero_adv": int((blocked & nonzero).sum()),
     }
+
+
+def _blocked(
+    loss_fn: Any, kept_D: list[np.ndarray], grad_D: list[np.ndarray], fixture: Fixture
+) -> tuple[list[np.ndarray], str]:
+    """Tokens our loss blocked: its keep mask, or for code (which reports none) the loss tokens
+    with A != 0 whose gradient is exactly zero, as for pinned references."""
+    if getattr(loss_fn, "user", None) is None:
+        return [~k for k in kept_D], "all"
+    return [
+        (g == 0) & (s.loss_mask != 0) & (s.advantages != 0)
+        for g, s in zip(grad_D, fixture.sequences, strict=True)
+    ], "nonzero_adv"
 
 
 def _set_difference(
@@ -347,6 +377,9 @@ def run_path(
             # where each hyperparameter came from: plan text, a pinned revision or the default
             "provenance": dict(getattr(impl.loss_fn, "provenance", None) or {}),
         }
+        code = getattr(impl.loss_fn, "code", None)
+        if code:  # the arm's loss is code: which file, hash and commit was checked
+            entry["implementation"][impl_key]["code"] = dict(code)
         entry["compared"].update(_compared(role, impl, ref))
         tols = {kind: _tolerance(path, f"{role}_{kind}") for kind in ("loss", "gradient")}
         for kind, ours, theirs in (
@@ -357,11 +390,11 @@ def run_path(
             entry["errors"][name], entry["checks"][name] = _check_entry(ours, theirs, tols[kind])
         if not all(entry["checks"][f"{role}_{k}"]["passed"] for k in ("loss", "gradient")):
             entry["classification"][role] = classify(
-                impl.loss_fn, impl.value_fn or impl.loss_fn, res, fixture, tols
+                impl.loss_fn, impl.value_fn or impl.loss_fn, res, fixture, tols, resolved=ref
             )
-        blocked_ours = [~k for k in kept_D]
+        blocked_ours, scope = _blocked(impl.loss_fn, kept_D, grad_D, fixture)
         entry["fired"][impl_key] = {
-            "ours": _fractions(blocked_ours, fixture),
+            "ours": _fractions(blocked_ours, fixture, scope),
             "reference": _fractions(res.blocked_D, fixture, res.blocked_scope),
         }
         entry["token_set_differences"][role] = _set_difference(blocked_ours, res.blocked_D, fixture)
@@ -410,9 +443,10 @@ def _stress_block(
     block["passed"] = all(c["passed"] for c in block["checks"].values())
     if not block["passed"]:
         block["classification"] = classify(
-            impl.loss_fn, impl.value_fn or impl.loss_fn, res, fixture, tols
+            impl.loss_fn, impl.value_fn or impl.loss_fn, res, fixture, tols, resolved=ref
         )
-    block["token_set_differences"] = _set_difference([~k for k in kept_D], res.blocked_D, fixture)
+    blocked_ours, _ = _blocked(impl.loss_fn, kept_D, grad_D, fixture)
+    block["token_set_differences"] = _set_difference(blocked_ours, res.blocked_D, fixture)
     return block
 
 
@@ -490,7 +524,7 @@ def run_preflight(
             impls = (
                 dict(implementations)
                 if implementations
-                else plan_implementations(plan, path, losses)
+                else plan_implementations(plan, path, losses, sources=sources, offline=offline)
             )
             paths.append(
                 run_path(
@@ -505,8 +539,9 @@ def run_preflight(
                     stress_fixture=stress_fixture,
                 )
             )
-        except (RevisionError, PinnedSourceError) as err:
+        except (RevisionError, PinnedSourceError, UserLossError) as err:
             raise PreflightError(f"correctness_preflight path {path.id!r}: {err}") from err
+    properties = plan_properties(plan, losses, fixture=fixture, stress=stress_fixture)
     named = {
         parse_revision(getattr(p, key)).repo
         for p in plan.correctness_preflight.paths
@@ -514,12 +549,31 @@ def run_preflight(
     }
     return {
         "required": plan.correctness_preflight.required,
-        "passed": all(p["passed"] for p in paths),
+        "passed": all(p["passed"] for p in paths) and properties["passed"],
         "provenance": _merged_provenance(paths),
+        "properties": properties,
         "unused_sources": sorted(set(sources or {}) - named),
         "torch": torch.__version__,
         "paths": paths,
     }
+
+
+def plan_properties(
+    plan: Plan,
+    losses: Mapping[str, Any] | None = None,
+    *,
+    fixture: Fixture | None = None,
+    stress: Fixture | None = None,
+) -> dict[str, Any]:
+    """The property checks (`conformance.properties`) of every arm's loss object (`losses`,
+    default `arm_losses(plan)`: the objects the arms train), plus `arms_differ` between the
+    baseline and the treatment when the plan's arms differ in their loss (`switch` = loss)."""
+    from losslab.conformance.arm_losses import arm_losses
+
+    losses = losses if losses is not None else arm_losses(plan)
+    roles = plan.arm_roles() if plan.switch == "loss" else None
+    per_arm = {arm.name: losses[arm.name] for arm in plan.arms}
+    return run_properties(per_arm, roles, fixture=fixture, stress=stress)
 
 
 NOT_APPLICABLE = "the plan has no correctness_preflight paths"
@@ -536,7 +590,8 @@ def _violations_note(check: Mapping[str, Any]) -> str:
 
 def preflight_checks(report: Mapping[str, Any]) -> tuple[Check, ...]:
     """One row per check of every path: set A's, then the stress fixture's (`stress_<check>`);
-    measured are the three error metrics, bound the tolerance that was applied."""
+    measured are the three error metrics, bound the tolerance that was applied. Then one row
+    per property check (`properties.<arm>.<check>`, `properties.arms_differ`)."""
     rows = []
     for path in report["paths"]:
         stress = path.get("stress") or {"checks": {}, "errors": {}}
@@ -557,24 +612,34 @@ def preflight_checks(report: Mapping[str, Any]) -> tuple[Check, ...]:
                     note=_violations_note(chk),
                 )
             )
+    if "properties" in report:  # reports written before the property checks have none
+        rows.extend(property_rows(report["properties"]))
     return tuple(rows)
 
 
 def preflight_phase(
-    plan: Plan, losses: Mapping[str, Any] | None = None, *, allow_rederivation: bool = True
+    plan: Plan,
+    losses: Mapping[str, Any] | None = None,
+    *,
+    allow_rederivation: bool = True,
+    sources: Mapping[str, Path] | None = None,
 ) -> PhaseResult:
     """The run's correctness preflight: `run_preflight` on the plan and the loss objects the
     arms train (`losses`), its report as the artifact, one `Check` per compared quantity.
 
     Pinned sources are fetched; where they cannot be had (offline, no cache) the run goes on
     with the labelled re-derivation (`allow_rederivation`), which the report's `provenance`
-    states ("pinned source NOT executed"); `losslab preflight` is the strict check. A plan with
+    states ("pinned source NOT executed"); `sources` ({"owner/repo": checkout}, `losslab run
+    --source`) executes a pinned commit from a local checkout instead; `losslab preflight` is
+    the strict check. A plan with
     `correctness_preflight.required: false` records failures without stopping the run.
     """
     cp = plan.correctness_preflight
     if cp is None or not cp.paths:
         return PhaseResult.not_applicable(NOT_APPLICABLE)
-    report = run_preflight(plan, losses=losses, allow_rederivation=allow_rederivation)
+    report = run_preflight(
+        plan, sources=sources, losses=losses, allow_rederivation=allow_rederivation
+    )
     return PhaseResult(report, checks=preflight_checks(report), required=cp.required)
 
 

@@ -93,8 +93,9 @@ def render_preflight(report: Mapping[str, Any], console: Console | None = None) 
         for role, fired in path["fired"].items():
             ours, ref = fired["ours"], fired["reference"]
             ref_all = "n/a" if ref["fraction"] is None else f"{ref['fraction']:.1%}"
+            ours_all = "n/a" if ours["fraction"] is None else f"{ours['fraction']:.1%}"
             console.print(
-                f"  fired {role}: ours {ours['fraction']:.1%} of loss tokens "
+                f"  fired {role}: ours {ours_all} of loss tokens "
                 f"({ours['fraction_nonzero_adv']:.1%} of those with A != 0), reference "
                 f"{ref_all} ({ref['fraction_nonzero_adv']:.1%})",
                 highlight=False,

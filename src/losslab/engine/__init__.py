@@ -17,7 +17,15 @@ from losslab.engine.evaluate import (
     rows_accuracy,
     save_eval,
 )
-from losslab.engine.pilot import GateSource, pilot_metrics, side_losses_for
+from losslab.engine.pilot import (
+    ALIGNMENT_ABS_TOL,
+    GateSource,
+    alignment_check,
+    mismatch_vs_drift,
+    pilot_diagnostics,
+    pilot_metrics,
+    side_losses_for,
+)
 from losslab.engine.rl import (
     GRAD_NORM,
     TRAINED_LOSS,
@@ -25,6 +33,7 @@ from losslab.engine.rl import (
     ArmLoop,
     NonFiniteError,
     assemble_datums,
+    group_diversity,
     policy_stats,
     renderer_for,
     resolve,
@@ -38,6 +47,7 @@ from losslab.engine.rl import (
 from losslab.losses.tinker_adapter import CustomLossFn
 
 __all__ = [
+    "ALIGNMENT_ABS_TOL",
     "GRAD_NORM",
     "TRAINED_LOSS",
     "ArmConfig",
@@ -48,12 +58,16 @@ __all__ = [
     "NonFiniteError",
     "Rollout",
     "accuracy",
+    "alignment_check",
     "assemble_datums",
     "build_datum",
     "evaluate",
     "evaluation_result",
     "group_advantages",
+    "group_diversity",
     "load_eval",
+    "mismatch_vs_drift",
+    "pilot_diagnostics",
     "pilot_metrics",
     "policy_stats",
     "renderer_for",

@@ -42,6 +42,7 @@ __all__ = [
     "CustomLossFn",
     "NonFiniteError",
     "assemble_datums",
+    "group_diversity",
     "policy_stats",
     "renderer_for",
     "resolve",
@@ -123,6 +124,10 @@ class ArmConfig:
     updates_per_batch: int = 2
     remove_constant_reward_groups: bool = False
     side_losses: Mapping[str, CustomLossFn] = field(default_factory=dict)
+    builtin: tuple[str, Mapping[str, float]] | None = None
+    """`(loss_fn, loss_fn_config)` of the backend built-in that trains the arm instead of
+    `loss_fn` (`engine.loss_path: builtin`, `losses.tinker_builtins.builtin_request`); `loss_fn`
+    then computes the arm's metrics on the log-probs the backend returns."""
 
     def __post_init__(self) -> None:
         for key in ("group_size", "groups_per_batch", "max_tokens", "updates_per_batch"):
@@ -201,20 +206,37 @@ def policy_stats(
       p = exp(current log-prob), q = exp(sampler log-prob);
     - `policy/ratio_vs_sampler_{mean,q10,q50,q90,max}`: r = p / q;
     - `gap/*`: trainer-vs-sampler log-prob gap (`gap/kl_sample_train_v1` = mean(log q - log p),
-      `_v2` = 0.5 mean((log q - log p)^2), as the cookbook's `optim/kl_sample_train_v1/v2`);
+      `_v2` = 0.5 mean((log q - log p)^2), as the cookbook's `optim/kl_sample_train_v1/v2`;
+      `gap/abs_logprob_{mean,max}` of |log q - log p|; `gap/logprob_pearson`, their Pearson
+      correlation over loss tokens (verl's mismatch metric); `gap/abs_logprob_mean_shift_
+      {minus1,plus1}`, the mean |Δ| with the sampler's log-probs one position early / late:
+      the pilot's alignment check wants the trained positions' gap below both);
     - `tokens/loss`: loss-mask tokens in the minibatch.
     """
     lp_parts, q_parts = [], []
+    shifted: dict[int, list[torch.Tensor]] = {-1: [], 1: []}
     for datum, lp in zip(data, logprobs_list, strict=True):
         mask = _masked(datum, "mask") > 0
-        lp_parts.append(lp.detach().reshape(-1).to(torch.float64)[mask])
-        q_parts.append(_masked(datum, "logprobs").to(torch.float64)[mask])
+        lp_N, q_N = lp.detach().reshape(-1).to(torch.float64), _masked(datum, "logprobs")
+        q_N = q_N.to(torch.float64)
+        lp_parts.append(lp_N[mask])
+        q_parts.append(q_N[mask])
+        for offset, parts in shifted.items():
+            parts.append(_shifted_abs_gap(lp_N, q_N, mask, offset))
     lp_T, q_T = torch.cat(lp_parts), torch.cat(q_parts)  # (T,) over all loss tokens
     if lp_T.numel() == 0:
         return {"tokens/loss": 0.0}
     abs_dp_T = (lp_T.exp() - q_T.exp()).abs()
     ratio_T = (lp_T - q_T).exp()
     diff_T = q_T - lp_T
+    alignment = {}
+    for offset, name in ((-1, "minus1"), (1, "plus1")):
+        gaps_M = torch.cat(shifted[offset])  # (M,) loss-token pairs one position apart
+        if gaps_M.numel():
+            alignment[f"gap/abs_logprob_mean_shift_{name}"] = float(gaps_M.mean())
+    pearson = _pearson(lp_T, q_T)
+    if pearson is not None:
+        alignment["gap/logprob_pearson"] = pearson
     return {
         "tokens/loss": float(lp_T.numel()),
         "policy/drift_vs_sampler_mean": float(abs_dp_T.mean()),
@@ -230,7 +252,34 @@ def policy_stats(
         "gap/abs_logprob_max": float(diff_T.abs().max()),
         "gap/kl_sample_train_v1": float(diff_T.mean()),
         "gap/kl_sample_train_v2": float(0.5 * (diff_T**2).mean()),
+        **alignment,
     }
+
+
+def _shifted_abs_gap(
+    lp_N: torch.Tensor, q_N: torch.Tensor, mask_N: torch.Tensor, offset: int
+) -> torch.Tensor:
+    """|log p_t - log q_(t+offset)| at loss positions t whose neighbour t+offset is a loss
+    position too: the sampler-vs-trainer gap if the two were one position out of step."""
+    if offset == 1:
+        both_N = mask_N[:-1] & mask_N[1:]
+        return (lp_N[:-1] - q_N[1:])[both_N].abs()
+    if offset == -1:
+        both_N = mask_N[1:] & mask_N[:-1]
+        return (lp_N[1:] - q_N[:-1])[both_N].abs()
+    raise ValueError(f"offset must be -1 or 1, got {offset}")
+
+
+def _pearson(x_T: torch.Tensor, y_T: torch.Tensor) -> float | None:
+    """Pearson correlation of two float64 vectors (verl's sampler/trainer log-prob correlation);
+    None with fewer than 2 values or a constant one (undefined)."""
+    if x_T.numel() < 2:
+        return None
+    dx_T, dy_T = x_T - x_T.mean(), y_T - y_T.mean()
+    denom = float(torch.sqrt((dx_T**2).sum() * (dy_T**2).sum()))
+    if denom == 0.0 or not math.isfinite(denom):
+        return None
+    return float((dx_T * dy_T).sum()) / denom
 
 
 def _instrumented(arm: ArmConfig, record: dict[str, float]) -> CustomLossFn:
@@ -327,7 +376,33 @@ def sample_groups(
     out.update(_rollout_metrics(rollouts, len(problems_P)))
     out["data/problem_ids"] = [p.id for p in problems_P]
     out["data/sampling_seeds"] = seeds_P
+    out["data/group_size"] = float(arm.group_size)  # the planned G, beside the effective one
+    out["seed/arm"] = int(arm.seed)  # every sampling seed derives from it (sampling_seed)
     return rollouts, out
+
+
+def group_diversity(rollouts: Sequence[Rollout], n_groups: int) -> dict[str, float]:
+    """Token-identical completions per group and the effective group size (distinct completions
+    in a group): a sampler that ignores its seed or returns one sequence `num_samples` times
+    (tinker-feedback #79) shrinks the GRPO group without an error, so every step logs it.
+
+    - `data/duplicate_completions`: completions that repeat an earlier one of their group;
+    - `data/effective_group_size_{mean,min}`: distinct completions per group;
+    - `data/groups_all_identical`: groups of more than one completion that are all one sequence.
+    """
+    distinct_P, sizes_P = [], []
+    for g in range(n_groups):
+        group = [tuple(r.tokens) for r in rollouts if r.group == g]
+        distinct_P.append(len(set(group)))
+        sizes_P.append(len(group))
+    return {
+        "data/duplicate_completions": float(sum(sizes_P) - sum(distinct_P)),
+        "data/effective_group_size_mean": sum(distinct_P) / n_groups,
+        "data/effective_group_size_min": float(min(distinct_P)),
+        "data/groups_all_identical": float(
+            sum(d == 1 and n > 1 for d, n in zip(distinct_P, sizes_P, strict=True))
+        ),
+    }
 
 
 def _rollout_metrics(rollouts: Sequence[Rollout], n_groups: int) -> dict[str, float]:
@@ -346,6 +421,7 @@ def _rollout_metrics(rollouts: Sequence[Rollout], n_groups: int) -> dict[str, fl
         "tokens/completion_mean": sum(len(r.tokens) for r in rollouts) / n,
         "tokens/completion_total": float(sum(len(r.tokens) for r in rollouts)),
         "tokens/truncated_frac": sum(not r.stopped for r in rollouts) / n,
+        **group_diversity(rollouts, n_groups),
     }
 
 
@@ -406,9 +482,12 @@ def train_on_minibatches(
         where = f"arm {arm.name!r} step {step} update {u}"
         record: dict[str, float] = {"datums": float(len(minibatch_D))}
         t = time.perf_counter()
-        result = resolve(
-            training_client.forward_backward_custom(minibatch_D, _instrumented(arm, record))
-        )
+        if arm.builtin is None:
+            result = resolve(
+                training_client.forward_backward_custom(minibatch_D, _instrumented(arm, record))
+            )
+        else:
+            result = _builtin_update(training_client, minibatch_D, arm, record)
         times["time/forward_backward_s"] += time.perf_counter() - t
         _check_finite(record, (TRAINED_LOSS, GRAD_NORM), where + " (stopped before optim_step)")
         # Tinker-style "name:reduction" keys only (loss:sum, surrogate_loss:sum); the user
@@ -424,6 +503,26 @@ def train_on_minibatches(
         _check_finite(record, reported, where + " (after optim_step)")
         per_update.append(record)
     return per_update, times
+
+
+def _builtin_update(
+    training_client: TrainingClient,
+    minibatch_D: list[tinker.Datum],
+    arm: ArmConfig,
+    record: dict[str, float],
+) -> Any:
+    """One `forward_backward` with the arm's backend built-in; the arm's loss object then runs
+    on the log-probs the backend returned (no gradient reaches the backend from it), so the
+    record has the same keys as on the custom path."""
+    assert arm.builtin is not None
+    loss_fn, config = arm.builtin
+    result = resolve(training_client.forward_backward(minibatch_D, loss_fn, dict(config)))
+    logprobs_D = [
+        o["logprobs"].to_torch().to(torch.float32).reshape(-1).requires_grad_(True)
+        for o in result.loss_fn_outputs
+    ]
+    _instrumented(arm, record)(minibatch_D, logprobs_D)
+    return result
 
 
 STEP_MEANS = (

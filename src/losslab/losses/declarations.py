@@ -85,6 +85,7 @@ STANDARD_METRICS: tuple[str, ...] = (
     "ratio/q90",
     "drift/abs_p_q50",
     "drift/abs_p_q90",
+    "loss/pg_grad_norm",
 )
 """The keys every loss logs (`losses.policy._output` computes them; docs/interfaces.md)."""
 
@@ -386,6 +387,10 @@ _FIELD = "losslab.losses.field"
 CispoMeaning = Literal["absolute_cap", "one_plus_eps"]
 DrGrpoConstant = Literal["max_completion_length", "max_seq_len", "padded_width"]
 GspoLevel = Literal["sequence", "token"]
+GspoGuard = Literal["upper", "verl", "none"]
+"""How GSPO guards exp(log s): "upper" losslab's straight-through clamp at 20; "verl" verl's
+`torch.clamp(log s, max=10)` (value capped at e^10, NO gradient beyond); "none" TRL's plain
+exp (inf beyond 88.7 in float32)."""
 CorrectionLevel = Literal["token", "sequence"]
 CorrectionMode = Literal["truncate", "mask"]
 
@@ -451,6 +456,7 @@ GSPO_PARAMS: dict[str, Domain] = {
     "level": Choice.of(GspoLevel, "sequence"),
     "epsilon_low": Number(3e-4, min=0.0),
     "epsilon_high": Number(4e-4, min=0.0),
+    "log_ratio_guard": Choice.of(GspoGuard, "upper"),
     "zero_adv": _ZERO_ADV,
 }
 GSPO = declare(

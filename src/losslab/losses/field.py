@@ -29,6 +29,7 @@ from losslab.losses.declarations import (
     CorrectionLevel,
     CorrectionMode,
     DrGrpoConstant,
+    GspoGuard,
     GspoLevel,
     Surrogate,
     ZeroAdvantage,
@@ -86,7 +87,7 @@ def _share(t: PackedTokens, flag_T: Tensor) -> float:
     return int((flag_T & t.loss_T).sum()) / n if n else 0.0
 
 
-def _sequence_share_mean(t: PackedTokens, x_D: Tensor) -> float:
+def _mean_over_sequences(t: PackedTokens, x_D: Tensor) -> float:
     """Mean of a per-datum value over datums with a loss token (0 with none)."""
     on_D = loss_counts_D(t) > 0
     return float(x_D.detach()[on_D].double().mean()) if bool(on_D.any()) else 0.0
@@ -105,31 +106,50 @@ def _old_logprobs(t: PackedTokens, loss: str) -> Tensor:
 # ---------------------------------------------------------------------------------------------
 
 
-def gspo_ratio(t: PackedTokens, level: GspoLevel) -> tuple[Tensor, Tensor]:
+VERL_GSPO_LOG_MAX = 10.0
+"""verl's `torch.clamp(log_seq_importance_ratio, max=10.0)` in `compute_policy_loss_gspo`."""
+
+
+def _guarded_exp(log_X: Tensor, guard: GspoGuard) -> Tensor:
+    if guard == "upper":
+        return exp_capped(log_X)
+    if guard == "verl":
+        return torch.exp(log_X.clamp(max=VERL_GSPO_LOG_MAX))
+    if guard == "none":
+        return torch.exp(log_X)
+    raise ValueError(f"log_ratio_guard={guard!r}: expected upper, verl or none")
+
+
+def gspo_ratio(t: PackedTokens, level: GspoLevel, guard: GspoGuard) -> tuple[Tensor, Tensor]:
     """(s per token [T], s_d per datum [D]) with s_d = exp(mean_{t ∈ d} (ℓ − ℓ_s)).
 
     "sequence": s_t = s_d, differentiable through the mean (ds_d/dℓ_t = s_d/n_d; TRL
     `importance_sampling_level="sequence"`). "token" (GSPO-token, the paper's eq. 13; verl
-    `gspo`): s_t = sg(s_d)·e^(ℓ − sg(ℓ)), value s_d, ds_t/dℓ_t = s_d, so a per-token advantage
-    weights its own token.
+    `gspo`): log s_t = log sg(s_d) + ℓ − sg(ℓ), value s_d, ds_t/dℓ_t = s_d, so a per-token
+    advantage weights its own token. `guard` (`GspoGuard`) is applied to log s.
     """
     if level not in ("sequence", "token"):
         raise ValueError(f"level={level!r}: expected 'sequence' or 'token'")
     mean_log_ratio_D = sequence_mean(t, t.logprobs_T - t.sampler_logprobs_T)
     if level == "sequence":
-        s_D = exp_capped(mean_log_ratio_D)
+        s_D = _guarded_exp(mean_log_ratio_D, guard)
         return s_D[t.seq_T], s_D
-    s_D = exp_capped(mean_log_ratio_D.detach())
-    return s_D[t.seq_T] * torch.exp(t.logprobs_T - t.logprobs_T.detach()), s_D
+    log_s_T = mean_log_ratio_D.detach()[t.seq_T] + t.logprobs_T - t.logprobs_T.detach()
+    return _guarded_exp(log_s_T, guard), _guarded_exp(mean_log_ratio_D.detach(), guard)
 
 
 def _gspo_loss(
-    batch: TokenData, level: GspoLevel, epsilon_low: float, epsilon_high: float, zero_adv
+    batch: TokenData,
+    level: GspoLevel,
+    epsilon_low: float,
+    epsilon_high: float,
+    guard: GspoGuard,
+    zero_adv: ZeroAdvantage,
 ) -> TokenLoss:
     t = pack(batch)
-    s_T, s_D = gspo_ratio(t, level)
+    s_T, s_D = gspo_ratio(t, level, guard)
     loss_T, keep_T = clipped_surrogate(t, s_T, 1 - epsilon_low, 1 + epsilon_high, zero_adv)
-    metrics = {"gspo/seq_ratio_mean": _sequence_share_mean(t, s_D)}
+    metrics = {"gspo/seq_ratio_mean": _mean_over_sequences(t, s_D)}
     return TokenLoss(t, loss_T, keep_T, t.sampler_logprobs_T, metrics)
 
 
@@ -140,6 +160,7 @@ def gspo(
     level: GspoLevel,
     epsilon_low: float,
     epsilon_high: float,
+    log_ratio_guard: GspoGuard,
     zero_adv: ZeroAdvantage,
 ) -> TokenLoss:
     """GSPO (Zheng et al. 2025, "Group Sequence Policy Optimization", arXiv 2507.18071):
@@ -150,8 +171,9 @@ def gspo(
 
     With a constant advantage per sequence both levels have the same value and gradient; they
     differ only with per-token advantages. Defaults ε_lo = 3e-4, ε_hi = 4e-4 are the paper's.
+    `log_ratio_guard`: "upper" (losslab), "verl" (clamp at 10, no gradient beyond), "none" (TRL).
     """
-    return _gspo_loss(batch, level, epsilon_low, epsilon_high, zero_adv)
+    return _gspo_loss(batch, level, epsilon_low, epsilon_high, log_ratio_guard, zero_adv)
 
 
 @loss_function(declared.LUSPO)
@@ -161,6 +183,7 @@ def luspo(
     level: GspoLevel,
     epsilon_low: float,
     epsilon_high: float,
+    log_ratio_guard: GspoGuard,
     zero_adv: ZeroAdvantage,
 ) -> TokenLoss:
     """LUSPO, length-unbiased sequence policy optimisation (TRL `loss_type="luspo"`, PR #4988;
@@ -170,7 +193,7 @@ def luspo(
     bias); reproduce that with `reduction="sum"` and a per-sequence weight elsewhere, not here.
     TRL warns unless `importance_sampling_level="sequence"`, the default here.
     """
-    return _gspo_loss(batch, level, epsilon_low, epsilon_high, zero_adv)
+    return _gspo_loss(batch, level, epsilon_low, epsilon_high, log_ratio_guard, zero_adv)
 
 
 @loss_function(declared.CISPO_EPS)
@@ -515,7 +538,7 @@ def gmpo(
         leaves_down_T=log_ratio_T.detach() < -log_ratio_low,
         zero_adv=zero_adv,
     )
-    metrics = {"gmpo/seq_ratio_mean": _sequence_share_mean(t, g_D)}
+    metrics = {"gmpo/seq_ratio_mean": _mean_over_sequences(t, g_D)}
     return TokenLoss(t, loss_T, keep_T, t.sampler_logprobs_T, metrics)
 
 

@@ -172,6 +172,9 @@ class TokenLoss:
     """The drift statistics' reference (the trust region's anchor)."""
     metrics: dict[str, float] = field(default_factory=dict)
     """The loss's own keys (its declaration's `extra_metrics`)."""
+    penalty_T: Tensor | None = None
+    """The part of `loss_T` that is not the policy gradient (DRO's ½β(ℓ − ℓ_s)², DPPO's
+    kl_tau term), weighted by m; None: `loss_T` is all policy gradient."""
 
 
 def clip_fractions(tokens: PackedTokens, keep_T: Tensor) -> tuple[float, float, int]:
@@ -187,12 +190,33 @@ def clip_fractions(tokens: PackedTokens, keep_T: Tensor) -> tuple[float, float, 
     return fraction, fraction_nonzero, masked
 
 
+def pg_grad_norm(
+    per_token: TokenLoss, reduction: Reduction, counts: dict[str, float | None]
+) -> float:
+    """|dL_pg/dℓ|: the norm of the gradient of the reduced policy-gradient part alone (the loss
+    minus its `penalty_T`) with respect to the loss tokens' log-probs, in float64. NaN when the
+    log-probs carry no gradient (nothing to measure); the graph is kept for the real backward."""
+    tokens = per_token.tokens
+    pg_T = per_token.loss_T
+    if per_token.penalty_T is not None:
+        pg_T = pg_T - per_token.penalty_T
+    if not (tokens.logprobs_T.requires_grad and pg_T.requires_grad):
+        return math.nan
+    pg = reduce_loss(pg_T, tokens, reduction, **counts)
+    (grad_T,) = torch.autograd.grad(pg, tokens.logprobs_T, retain_graph=True, allow_unused=True)
+    if grad_T is None:
+        return 0.0
+    return float(grad_T.detach().double().norm())
+
+
 def _output(
     per_token: TokenLoss, reduction: Reduction, counts: dict[str, float | None]
 ) -> LossOutput:
-    """Reduce, then measure: clip fractions, ratio and drift statistics over loss tokens."""
+    """Reduce, then measure: clip fractions, ratio and drift statistics over loss tokens, and
+    the policy-gradient part's gradient norm."""
     tokens, keep_T = per_token.tokens, per_token.keep_T
     loss = reduce_loss(per_token.loss_T, tokens, reduction, **counts)
+    grad_norm = pg_grad_norm(per_token, reduction, counts)
     on_T = tokens.loss_T
     fraction, fraction_nonzero, masked = clip_fractions(tokens, keep_T)
     with torch.no_grad():
@@ -211,6 +235,7 @@ def _output(
         "ratio/q90": ratio_q90,
         "drift/abs_p_q50": drift_q50,
         "drift/abs_p_q90": drift_q90,
+        "loss/pg_grad_norm": grad_norm,
         **per_token.metrics,
     }
     kept_D = list(torch.split(keep_T.detach(), tokens.lengths_D))
@@ -417,8 +442,9 @@ def dro(batch: TokenData, *, beta: float) -> TokenLoss:
     """
     t = pack(batch)
     log_ratio_T = t.logprobs_T - t.sampler_logprobs_T
-    loss_T = -(t.logprobs_T * t.advantages_T - 0.5 * beta * log_ratio_T**2) * t.mask_T
-    return TokenLoss(t, loss_T, _all_kept(t), t.sampler_logprobs_T)
+    penalty_T = 0.5 * beta * log_ratio_T**2 * t.mask_T
+    loss_T = -(t.logprobs_T * t.advantages_T) * t.mask_T + penalty_T
+    return TokenLoss(t, loss_T, _all_kept(t), t.sampler_logprobs_T, penalty_T=penalty_T)
 
 
 @loss_function(declared.CROSS_ENTROPY)
@@ -465,11 +491,13 @@ def _dppo_token_loss(
     weight_logprobs_T = _anchor_logprobs(t, weight_anchor)
     ratio_T = guarded_ratio(t.logprobs_T, weight_logprobs_T, log_ratio_guard)
     loss_T = policy_gradient(t, ratio_T, keep_T, surrogate, clip_ratio_c)
+    penalty_T = None
     if kl_tau:
-        loss_T = loss_T + kl_tau * (t.logprobs_T - t.sampler_logprobs_T) ** 2 * t.mask_T
+        penalty_T = kl_tau * (t.logprobs_T - t.sampler_logprobs_T) ** 2 * t.mask_T
+        loss_T = loss_T + penalty_T
     fraction, fraction_nonzero, _ = clip_fractions(t, keep_T)
     metrics = {"dppo/mask_fraction": fraction, "dppo/mask_fraction_nonzero_adv": fraction_nonzero}
-    return TokenLoss(t, loss_T, keep_T, anchor_T, metrics)
+    return TokenLoss(t, loss_T, keep_T, anchor_T, metrics, penalty_T=penalty_T)
 
 
 @loss_function(declared.DPPO_BINARY_TV)

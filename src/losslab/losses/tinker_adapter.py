@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
@@ -33,6 +33,9 @@ def as_tinker_loss_fn(
     gradient on every one of them; losslab losses guarantee that (zero where masked). Pass the
     full batch's counts when `data` is a minibatch of a mean-reduced loss.
     """
+    native = getattr(loss_fn, "tinker_custom_loss", None)
+    if native is not None:  # code named by a plan (`conformance.user_loss`): its own call
+        return _passthrough(native, loss_fn)
     needs_policy_inputs = getattr(loss_fn, "needs_policy_inputs", True)
     counts = {
         k: v
@@ -52,5 +55,18 @@ def as_tinker_loss_fn(
         return out.loss, out.metrics
 
     custom_loss.__name__ = f"losslab_{getattr(loss_fn, 'name', 'custom')}"
+    custom_loss.loss = loss_fn  # type: ignore[attr-defined]  # the wrapped object, for audits
+    return custom_loss
+
+
+def _passthrough(native: CustomLossFn, loss_fn: Any) -> CustomLossFn:
+    """`native` (a loss's own Tinker-form call) with the `.loss` audit attribute."""
+
+    def custom_loss(
+        data: list[tinker.Datum], logprobs_list: list[Tensor]
+    ) -> tuple[Tensor, dict[str, float]]:
+        return native(data, logprobs_list)
+
+    custom_loss.__name__ = f"user_{getattr(loss_fn, 'name', 'custom')}"
     custom_loss.loss = loss_fn  # type: ignore[attr-defined]  # the wrapped object, for audits
     return custom_loss

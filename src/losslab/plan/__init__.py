@@ -48,6 +48,7 @@ from losslab.plan.validate import (
     Problem,
     check_plan_data,
     check_plan_file,
+    check_plan_text,
     load_plan,
     parse_plan,
 )
@@ -77,6 +78,7 @@ __all__ = [
     "RevisionError",
     "check_plan_data",
     "check_plan_file",
+    "check_plan_text",
     "format_spec",
     "hoeffding_half_width",
     "load_plan",

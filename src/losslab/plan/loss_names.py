@@ -26,9 +26,11 @@ against its declaration (`losslab.plan.semantics.loss_problems`).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from losslab.callspec import (
@@ -40,6 +42,7 @@ from losslab.callspec import (
     split_top_level,
 )
 from losslab.losses.declarations import LOSSES
+from losslab.plan.user_loss import UserLossError, UserLossRef, is_user_loss_spec, parse_user_loss
 
 PLAN_LOSS_NAMES = ("grpo_clip_eps<eps>", "grpo_clip", "dppo_divergence_mask")
 
@@ -53,6 +56,7 @@ _REVISION_HEAD = re.compile(
     re.DOTALL,
 )
 _CLIP_SHORTHAND = re.compile(r"\s*clip\s+(?P<lo>[0-9.eE+-]+)\s*/\s*(?P<hi>[0-9.eE+-]+)\s*")
+_CLIP_WORD = re.compile(r"\s*clip\s")  # an argument that starts with the word `clip`
 _DESCRIPTION_SEPARATORS = (" \u2014 ", " -- ")
 
 
@@ -149,6 +153,9 @@ class ResolvedLoss:
     plan_name: str
     name: str
     params: Mapping[str, LossParam] = field(default_factory=dict)
+    user: UserLossRef | None = None
+    """Set when the arm's loss is code (`losslab.plan.user_loss`): the file, module or pinned
+    function, its keywords, detected signature and provenance; `name` is then `USER_LOSS`."""
 
     @property
     def values(self) -> dict[str, Any]:
@@ -157,7 +164,10 @@ class ResolvedLoss:
 
     @property
     def spec(self) -> str:
-        """Display form `name(k=v, ...)` (Python literals; floats rounded to 12 decimals)."""
+        """Display form `name(k=v, ...)` (Python literals; floats rounded to 12 decimals); a loss
+        named as code shows as written."""
+        if self.user is not None:
+            return self.user.text
         return format_spec(self.name, self.values)
 
     @property
@@ -177,7 +187,12 @@ class ResolvedLoss:
             "plan_name": self.plan_name,
             "name": self.name,
             "params": {k: {"value": p.value, "source": p.source} for k, p in self.params.items()},
+            **({"user_code": self.user.provenance()} if self.user is not None else {}),
         }
+
+
+USER_LOSS = "user_code"
+"""`ResolvedLoss.name` of a loss named as code (no registry declaration applies to it)."""
 
 
 def _revision_hint(head: str) -> str:
@@ -219,6 +234,9 @@ def parse_revision(text: str) -> Revision:
             f"revision {text!r}: {_revision_hint(head)}; "
             "expected 'owner/repo@commit:path::function(kw=value, ...)'"
         )
+    path_problem = _repo_path_problem(match["path"])
+    if path_problem is not None:
+        raise RevisionError(f"revision {text!r}: path {match['path']!r} {path_problem}")
     args = match["args"] or ""
     kwargs: dict[str, Any] = {}
     notes: list[str] = []
@@ -238,13 +256,17 @@ def parse_revision(text: str) -> Revision:
             if key in kwargs:
                 raise RevisionError(f"revision {text!r}: argument {key} given twice")
             kwargs[key] = value
-        elif clip is not None:
+        elif clip is not None or _CLIP_WORD.match(part):
+            # a `clip ...` argument is a pin, never a note: `clip nan/nan` or `clip a/b` left as
+            # a note would leave the baseline unpinned while the preflight still passes
             try:
-                clip_bounds = (float(clip["lo"]), float(clip["hi"]))
-            except ValueError as err:
+                clip_bounds = (float(clip["lo"]), float(clip["hi"])) if clip else None
+            except ValueError:
+                clip_bounds = None
+            if clip_bounds is None or not all(math.isfinite(b) for b in clip_bounds):
                 raise RevisionError(
-                    f"revision {text!r}: 'clip LO/HI' needs two numbers, got {part!r}"
-                ) from err
+                    f"revision {text!r}: 'clip LO/HI' needs two finite numbers, got {part.strip()!r}"
+                )
         else:
             notes.append(part)
     return Revision(
@@ -259,6 +281,20 @@ def parse_revision(text: str) -> Revision:
         description=description,
         args=args,
     )
+
+
+def _repo_path_problem(path: str) -> str | None:
+    """Why a revision's file path is not a plain path inside the repository (None if it is):
+    the path is read from a checkout (`--source repo=PATH`) or a git commit, so `..`, an
+    absolute path or a NUL byte could read a file outside it."""
+    if "\x00" in path:
+        return "contains a NUL byte"
+    if path.startswith(("/", "\\")):
+        return "is absolute; expected a path inside the repository"
+    parts = path.replace("\\", "/").split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        return "has an empty, '.' or '..' part; expected a plain path inside the repository"
+    return None
 
 
 def parse_registry_spec(text: str) -> tuple[str, dict[str, Any]]:
@@ -299,22 +335,50 @@ def _grpo_clip_from_revision(name: str, revision: str | None) -> tuple[float, fl
     if not revision:
         return None
     rev = _pinned_revision(name, "baseline_revision", revision)
-    if "clip_low_threshold" in rev.kwargs and "clip_high_threshold" in rev.kwargs:
-        bounds = {k: rev.kwargs[k] for k in ("clip_low_threshold", "clip_high_threshold")}
+    try:
+        return pinned_clip(rev)
+    except RevisionError as exc:
+        raise LossNameError(f"{name!r}: baseline_revision {exc}") from exc
+
+
+_CLIP_KEYS = ("clip_low_threshold", "clip_high_threshold")
+
+
+def pinned_clip(rev: Revision) -> tuple[float, float] | None:
+    """The absolute ratio-clip bounds a baseline revision pins: both thresholds, a `clip_ratio`
+    eps, or the `clip LO/HI` shorthand; None when it pins none.
+
+    Raises:
+        RevisionError: a pin that is not a finite number, a threshold without the other, or
+            bounds that are not low < 1 < high (no clip could be checked against it).
+    """
+    given = [k for k in _CLIP_KEYS if k in rev.kwargs]
+    if len(given) == 1:
+        missing = next(k for k in _CLIP_KEYS if k not in given)
+        raise RevisionError(f"pins {given[0]} but not {missing}; pin both")
+    if given:
+        bounds = {k: rev.kwargs[k] for k in _CLIP_KEYS}
     elif "clip_ratio" in rev.kwargs:
         bounds = {"clip_ratio": rev.kwargs["clip_ratio"]}
+    elif rev.clip_bounds is None:
+        return None
     else:
-        return rev.clip_bounds
+        bounds = dict(zip(("clip LO", "clip HI"), rev.clip_bounds, strict=True))
     for key, value in bounds.items():
         if not _is_number(value):
-            raise LossNameError(f"{name!r}: baseline_revision {key}={value!r} is not a number")
+            raise RevisionError(f"{key}={value!r} is not a finite number")
     if "clip_ratio" in bounds:
-        return 1.0 - bounds["clip_ratio"], 1.0 + bounds["clip_ratio"]
-    return float(bounds["clip_low_threshold"]), float(bounds["clip_high_threshold"])
+        low, high = 1.0 - bounds["clip_ratio"], 1.0 + bounds["clip_ratio"]
+    else:
+        low, high = (float(v) for v in bounds.values())
+    if not low < 1.0 < high:
+        raise RevisionError(f"clip {low:g}/{high:g} is not low < 1 < high")
+    return low, high
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    """A finite int or float: NaN or infinity as a pin would make every comparison pass."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _resolve_grpo(name: str, eps_text: str | None, baseline_revision: str | None) -> ResolvedLoss:
@@ -366,7 +430,8 @@ def _resolve_dppo(name: str, reference_revision: str | None) -> ResolvedLoss:
         )
     threshold, cap = rev.kwargs["clip_ratio"], rev.kwargs["clip_ratio_c"]
     for key, value in (("clip_ratio", threshold), ("clip_ratio_c", cap)):
-        if not _is_number(value) or value <= 0:
+        # NaN fails `> 0`; inf passes here and the loss's declaration decides (a cap may be inf)
+        if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
             raise LossNameError(f"{name!r}: reference_revision {key}={value!r} is not a number > 0")
     params = {"low": threshold, "high": threshold, "anchor": anchor, "clip_ratio_c": cap}
     return ResolvedLoss(
@@ -377,7 +442,11 @@ def _resolve_dppo(name: str, reference_revision: str | None) -> ResolvedLoss:
 
 
 def resolve_loss(
-    name: str, baseline_revision: str | None = None, reference_revision: str | None = None
+    name: str,
+    baseline_revision: str | None = None,
+    reference_revision: str | None = None,
+    *,
+    base_dir: str | Path | None = None,
 ) -> ResolvedLoss:
     """Resolve an arm's `loss` to a `losslab.losses` registry name and its parameters.
 
@@ -388,6 +457,8 @@ def resolve_loss(
         name: the arm's `loss` as written in the plan.
         baseline_revision: the correctness preflight path's `baseline_revision` (GRPO clip).
         reference_revision: the path's `reference_revision` (DPPO divergence, threshold, cap).
+        base_dir: the plan file's folder, which a loss file's path is relative to (default: the
+            current directory).
 
     Raises:
         LossNameError: the name is neither a plan loss name nor a registry spec, or the revision
@@ -398,6 +469,13 @@ def resolve_loss(
         return _resolve_grpo(name, grpo["eps"], baseline_revision)
     if name == "dppo_divergence_mask":
         return _resolve_dppo(name, reference_revision)
+    if is_user_loss_spec(name):
+        try:
+            user = parse_user_loss(name, Path(base_dir) if base_dir is not None else None)
+        except UserLossError as exc:
+            raise LossNameError(str(exc)) from exc
+        params = {k: LossParam(v, SOURCE_PLAN) for k, v in user.kwargs.items()}
+        return ResolvedLoss(name, USER_LOSS, params, user=user)
     head = re.match(r"[A-Za-z_][A-Za-z0-9_]*", name)
     if head and head.group(0) in LOSSES:
         registry_name, kwargs = parse_registry_spec(name)
@@ -407,5 +485,6 @@ def resolve_loss(
     raise LossNameError(
         f"{name!r} is not a known loss; expected a plan loss name "
         f"({', '.join(PLAN_LOSS_NAMES)}) or a registry spec name(kw=value, ...) with name in "
-        f"{{{', '.join(sorted(LOSSES))}}}"
+        f"{{{', '.join(sorted(LOSSES))}}}, or your code: path/file.py::function(k=v, ...), "
+        "package.module:function(...) or owner/repo@<40-hex commit>:path.py::function(...)"
     )

@@ -88,8 +88,11 @@ GATE_METRICS: dict[str, GateMetric] = {
     ),
     "grpo_clip_fraction": GateMetric(
         "fraction",
-        "share of loss tokens the baseline ratio clip zeroed, on the same pilot batches",
-        logged_key="loss/clip_fraction",
+        "share of the loss tokens with A != 0 that the baseline ratio clip zeroed (its "
+        "loss/clip_fraction_nonzero_adv, the DPPO mask fraction's denominator and Stable-RL's "
+        "pg_clipfrac: A = 0 tokens are never clipped and carry no gradient), on the same pilot "
+        "batches at the last minibatch update, mean over pilot steps",
+        logged_key="loss/clip_fraction_nonzero_adv",
         side_loss="baseline",
         logged_by="loss",
     ),
@@ -356,6 +359,15 @@ class EngineSettings(PlanModel):
     backend: str | None = None
     """Backend hint (a `losslab.backends.BACKENDS` name, checked when a run starts); `None`
     lets the command line choose. Not a switch between arms."""
+    price_table: str | None = None
+    """A JSON price table (the form of `losslab/stats/tinker_prices.json`: date, source, USD per
+    million prefill / sample / train tokens by model) for the Tinker cost; `None` uses the
+    bundled, dated one. `plan show --prices` overrides both."""
+    loss_path: Literal["custom", "builtin"] = "custom"
+    """How the arms' losses reach the backend: `custom` (the client-side loss object through
+    `forward_backward_custom`) or `builtin` (the backend's own built-in of the same name through
+    `forward_backward(data, loss_fn, loss_fn_config)`; `losses.tinker_builtins` says which
+    losses have one). The dispatch fingerprint checks the path on the backend before the pilot."""
     local_base_model: str | None = None
     """Model a backend that embeds its model (`Backend.executes_local_base_model`, e.g. the local
     CPU backend) runs instead of `base_model`, e.g. a small GGUF/HF model; the gate's
@@ -399,6 +411,7 @@ class Plan(PlanModel):
 
     _warnings: list[str] = PrivateAttr(default_factory=list)
     _losses: dict[str, ResolvedLoss] = PrivateAttr(default_factory=dict)
+    _base_dir: str | None = PrivateAttr(default=None)  # the plan file's folder (loss files)
 
     @property
     def warnings(self) -> list[str]:
@@ -456,7 +469,9 @@ class Plan(PlanModel):
         arm_obj = arm if isinstance(arm, Arm) else self.arm(arm)
         if arm_obj.name not in self._losses:  # a Plan built without `load_plan`/`parse_plan`
             baseline_rev, reference_rev = self.loss_revisions()
-            self._losses[arm_obj.name] = resolve_loss(arm_obj.loss, baseline_rev, reference_rev)
+            self._losses[arm_obj.name] = resolve_loss(
+                arm_obj.loss, baseline_rev, reference_rev, base_dir=self._base_dir
+            )
         return self._losses[arm_obj.name]
 
     def set_loss(self, arm: str | Arm, resolved: ResolvedLoss) -> None:

@@ -4,8 +4,11 @@
 *means*, on the raw JSON, with the JSON path of each problem:
 
 - the file itself: at most `MAX_PLAN_BYTES` and `MAX_DEPTH` levels of nesting (a deeply nested
-  file would otherwise end in a `RecursionError`), and free of the value of `TINKER_API_KEY`
-  (the run directory keeps a byte copy of the plan, so a key in it would be stored);
+  file would otherwise end in a `RecursionError`);
+- every string and key (`string_problems`): valid Unicode (no lone surrogate), no NUL or other
+  control character, and free of the value of `TINKER_API_KEY` as written or encoded (JSON or
+  Python escapes, %-encoding, HTML references, hex, base64: `holds_secret`), since the run
+  directory keeps a byte copy of the plan, so a key in it would be stored;
 - every JSON number finite (NaN and Infinity are not JSON, though Python's parser reads them);
 - learning rates in (0, `MAX_LR`], Adam betas in [0, 1), eps > 0, weight decay >= 0;
 - counts (rank, steps, batch, tokens, items) within what a machine and the task can hold;
@@ -27,9 +30,12 @@ the tasks' registry, so `losslab plan check` never imports torch, tinker or data
 
 from __future__ import annotations
 
+import base64
+import html
 import math
 import os
 import re
+import urllib.parse
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -104,7 +110,9 @@ class _Problems:
 
 
 def text_problems(text: str) -> list[tuple[str, str]]:
-    """Size, nesting depth and secrets of the plan text, checked before `json.loads`."""
+    """Size and nesting depth of the plan text, checked before `json.loads` (secrets: in the
+    parsed strings, with their JSON paths, by `string_problems`; in text that does not parse,
+    by `secret_problems`)."""
     out: list[tuple[str, str]] = []
     size = len(text.encode("utf-8", errors="replace"))
     if size > MAX_PLAN_BYTES:
@@ -119,7 +127,6 @@ def text_problems(text: str) -> list[tuple[str, str]]:
                 "are accepted",
             )
         )
-    out.extend(secret_problems(text))
     return out
 
 
@@ -157,6 +164,58 @@ def data_depth(data: Any) -> int:
     return deepest
 
 
+def _unescape_backslashes(text: str) -> str:
+    """`\\u0074`, `\\x74`, `\\U00000074` and `\\164` escapes decoded (a JSON or Python
+    escape written inside a plan string, e.g. in a revision's Python-literal arguments)."""
+
+    def one(match: re.Match[str]) -> str:
+        digits = match.group(0)[1:]
+        code = int(digits[1:], 16) if digits[0] in "uxU" else int(digits, 8)
+        return chr(code) if code < 0x110000 else match.group(0)
+
+    return _BACKSLASH_ESCAPE.sub(one, text)
+
+
+_BACKSLASH_ESCAPE = re.compile(r"\\(?:u[0-9a-fA-F]{4}|x[0-9a-fA-F]{2}|U[0-9a-fA-F]{8}|[0-7]{1,3})")
+_DECODERS = (
+    _unescape_backslashes,
+    urllib.parse.unquote_plus,  # %74inker, +
+    html.unescape,  # &#116;inker, &#x74;
+)
+
+
+def _encoded_forms(secret: str) -> tuple[str, ...]:
+    """Forms of `secret` that decoding cannot recover from a larger text: hex, and the
+    alignment-independent middle of its base64 (standard and URL-safe) at each of the three
+    offsets a surrounding base64 text may put it at."""
+    raw = secret.encode("utf-8")
+    forms = [raw.hex(), raw.hex().upper()]
+    for pad in range(3):
+        encoded = base64.b64encode(b"\0" * pad + raw).decode("ascii")
+        # the first group holds the padding bytes; the last group may hold '=' padding
+        core = encoded[4 if pad else 0 : len(encoded) - 4]
+        if len(core) >= MIN_SECRET_CHARS:
+            forms += [core, core.replace("+", "-").replace("/", "_")]
+    return tuple(forms)
+
+
+def holds_secret(text: str, secret: str) -> bool:
+    """Whether `text` holds `secret` as written or in an encoding a reader could undo: JSON or
+    Python backslash escapes, %-encoding, HTML character references (each up to twice, so a
+    doubly escaped key is found), hex or base64."""
+    if secret in text:
+        return True
+    seen, frontier = {text}, [text]
+    for _ in range(2):  # two rounds: an escape inside a %-encoding, a doubly escaped key
+        frontier = [
+            d for t in frontier for d in (decode(t) for decode in _DECODERS) if d not in seen
+        ]
+        if any(secret in t for t in frontier):
+            return True
+        seen.update(frontier)
+    return any(form in t for form in _encoded_forms(secret) for t in seen)
+
+
 def secret_values() -> dict[str, str]:
     """Name -> value of each secret environment variable that is set (and long enough)."""
     out = {}
@@ -176,11 +235,96 @@ def secret_problems(text: str) -> list[tuple[str, str]]:
             "environment only, and the run directory keeps a byte copy of the plan as plan.json)",
         )
         for name, value in secret_values().items()
-        if value in text
+        if holds_secret(text, value)
     ]
 
 
 # --- the parsed plan ---
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+"""Control characters refused in any plan string: NUL ends a C string (a file name, a git
+argument), and the others rewrite the terminal and the report that show the plan (tab, newline
+and carriage return stay allowed in free text)."""
+
+
+def _strings(data: Any) -> Iterator[tuple[str, str, bool]]:
+    """(JSON path, string, is_key) for every object key and string value (iterative)."""
+    stack: list[tuple[Any, str]] = [(data, "$")]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, dict):
+            for key, child in value.items():
+                sub = f"{where}.{key}" if where != "$" else str(key)
+                if isinstance(key, str):
+                    yield sub, key, True
+                stack.append((child, sub))
+        elif isinstance(value, list):
+            stack.extend((child, f"{where}[{i}]") for i, child in enumerate(value))
+        elif isinstance(value, str):
+            yield where, value, False
+
+
+def _lone_surrogate(text: str) -> int | None:
+    """Offset of the first lone UTF-16 surrogate (`"\\ud800"` parses to one), else None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
+
+
+def shown_path(path: str) -> str:
+    """A JSON path as an error line may show it: escaped (`ascii`) when a key in it holds a
+    surrogate or a control character, `$` when a key in it holds a secret's value."""
+    if any(holds_secret(path, value) for value in secret_values().values()):
+        return "$"
+    if _lone_surrogate(path) is not None or _CONTROL.search(path):
+        return ascii(path)
+    return path
+
+
+def string_problems(data: Any) -> list[tuple[str, str]]:
+    """Every string and key of the parsed plan: valid Unicode, no control character, free of
+    the secrets' values in any encoding (`holds_secret`). Checked before anything else reads a
+    string, so no later message can print a surrogate, a control byte or a key.
+
+    A path that itself holds a surrogate or a control character is shown escaped (`ascii`)."""
+    out: list[tuple[str, str]] = []
+    secrets = secret_values()
+    for path, text, is_key in sorted(_strings(data), key=lambda item: item[0]):
+        shown = shown_path(path)
+        what = "this key" if is_key else "the string"
+        at = _lone_surrogate(text)
+        if at is not None:
+            out.append(
+                (
+                    shown,
+                    f"{what} holds a lone UTF-16 surrogate ({ascii(text[at])} at character {at}), "
+                    "which is not valid Unicode and cannot be written as UTF-8",
+                )
+            )
+            continue
+        control = _CONTROL.search(text)
+        if control is not None:
+            name = "a NUL byte" if control.group(0) == "\x00" else "a control character"
+            out.append(
+                (
+                    shown,
+                    f"{what} holds {name} ({ascii(control.group(0))} at character {control.start()})",
+                )
+            )
+            continue
+        for name, value in secrets.items():
+            if holds_secret(text, value):
+                out.append(
+                    (
+                        shown,
+                        f"the plan contains the value of {name} in {what} (as written or "
+                        "encoded); remove it (the key is read from the environment only, and the "
+                        "run directory keeps a byte copy of the plan as plan.json)",
+                    )
+                )
+    return out
 
 
 def _numbers(node: Any, path: str) -> Iterator[tuple[str, Any]]:
@@ -386,10 +530,14 @@ def _unread(data: dict[str, Any], p: _Problems) -> None:
         p.warn("dataset.split", f"{split!r} is not read; training always uses the train split")
     audit = data.get("generation_audit")
     if isinstance(audit, dict) and audit.get("required") is True:
-        p.err(
-            "generation_audit.required",
-            "true is not implemented: losslab does not run a generation audit",
-        )
+        # the audit (losslab.tasks.audit) enforces overlap and one score per item only
+        for key in ("max_label_errors", "min_sample_size"):
+            if audit.get(key) is not None:
+                p.warn(
+                    f"generation_audit.{key}",
+                    "is not checked: losslab's generation audit enforces max_eval_overlaps "
+                    "and one score per item; the report lists the second grader's disagreements",
+                )
     restoration = _dict(data.get("restoration_preflight"))
     if restoration.get("fixed_batch_required") is False:
         p.warn(
@@ -408,6 +556,8 @@ def loss_problems(resolved: Mapping[str, ResolvedLoss]) -> list[tuple[str, str]]
     a ValueError becomes a problem at that path."""
     out = []
     for path, loss in resolved.items():
+        if loss.user is not None:  # code: checked by `losslab.plan.user_loss` when resolved
+            continue
         try:
             loss_declaration(loss.name).resolve(loss.values)
         except ValueError as exc:

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import stat
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from losslab.backends.registry import BACKENDS
 from losslab.losses.declarations import LOSSES
 from losslab.plan import semantics
 from losslab.plan.jsonvalues import format_number as _fmt_num
@@ -26,7 +30,15 @@ from losslab.plan.jsonvalues import json_dict as _dict
 from losslab.plan.jsonvalues import json_int as _int
 from losslab.plan.jsonvalues import json_list as _list
 from losslab.plan.jsonvalues import json_number as _num
-from losslab.plan.loss_names import LossNameError, ResolvedLoss, resolve_loss
+from losslab.plan.loss_names import (
+    LossNameError,
+    ResolvedLoss,
+    RevisionError,
+    parse_revision,
+    pinned_clip,
+    resolve_loss,
+)
+from losslab.plan.names import name_problem, task_name_problem
 from losslab.plan.rule import weighted_range
 from losslab.plan.schema import (
     ADAM_DEFAULTS,
@@ -75,6 +87,9 @@ class PlanCheck:
     plan: Plan | None
     errors: list[Problem] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)
+    unreadable: bool = False
+    """The file could not be read as a plan at all (missing, not a regular file, too large):
+    a usage error (`plan check` exits 2), not a problem in a plan."""
 
     @property
     def ok(self) -> bool:
@@ -85,44 +100,155 @@ class PlanCheck:
 
 
 def check_plan_file(path: str | Path) -> PlanCheck:
-    """Read and check a plan file; unreadable files and JSON syntax errors become problems too."""
+    """Read and check a plan file; unreadable files and JSON syntax errors become problems too
+    (`PlanCheck.unreadable` marks a file that could not be read at all)."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return PlanCheck(None, [Problem("$", f"plan file {str(path)!r} does not exist")])
-    except (OSError, UnicodeDecodeError) as exc:
-        return PlanCheck(None, [Problem("$", f"cannot read plan file {str(path)!r}: {exc}")])
-    refused = semantics.text_problems(text)  # size, depth, secrets: before the parser runs
+    text, unreadable = read_plan_text(path)
+    if unreadable is not None:
+        return PlanCheck(None, [unreadable], unreadable=True)
+    assert text is not None
+    return check_plan_text(text, base_dir=path.resolve().parent)
+
+
+def check_plan_text(text: str, base_dir: str | Path | None = None) -> PlanCheck:
+    """Check a plan's JSON text: size and depth first, then the parse (duplicate keys refused
+    at their paths), then `check_plan_data` (`base_dir`: the folder a loss file's path is
+    relative to)."""
+    refused = semantics.text_problems(text)  # size, depth: before the parser runs
     if refused:
         return PlanCheck(None, [Problem(path, msg) for path, msg in refused])
+    duplicates: list[Problem] = []
     try:
-        data = json.loads(text)
+        data = parse_json(text, duplicates)
     except json.JSONDecodeError as exc:
+        secrets = semantics.secret_problems(text)  # no JSON paths to name: the whole text
         return PlanCheck(
             None,
-            [Problem("$", f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")],
+            [
+                *(Problem(p, m) for p, m in secrets),
+                Problem("$", f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"),
+            ],
         )
     except (RecursionError, ValueError) as exc:  # depth is bounded above; belt and braces
         return PlanCheck(None, [Problem("$", f"not valid JSON: {exc}")])
-    return check_plan_data(data)
+    result = check_plan_data(data, base_dir=base_dir)
+    if not duplicates:
+        return result
+    paths = {d.path for d in duplicates}
+    rest = [e for e in result.errors if e.path not in paths]
+    return PlanCheck(None, [*duplicates, *rest], result.warnings)
 
 
-def check_plan_data(data: Any) -> PlanCheck:
-    """Check an already-parsed plan (a dict as `json.load` gives it)."""
+def read_plan_text(path: Path) -> tuple[str | None, Problem | None]:
+    """The text of a plan file, or the problem that kept it from being read.
+
+    Only a regular file is read, and at most `MAX_PLAN_BYTES` + 1 bytes of it: `/dev/zero`
+    would otherwise be read until memory runs out, and a FIFO would block forever (it is
+    opened non-blocking, then refused by `fstat`). A symlink to a regular file is followed.
+    """
+    where = f"plan file {str(path)!r}"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None, Problem("$", f"{where} does not exist")
+    except OSError as exc:
+        return None, Problem("$", f"cannot read {where}: {exc.strerror or exc}")
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None, Problem("$", f"{where} is {_file_kind(info.st_mode)}, not a regular file")
+        if info.st_size > semantics.MAX_PLAN_BYTES:
+            return None, Problem(
+                "$",
+                f"{where} is {info.st_size} bytes; at most {semantics.MAX_PLAN_BYTES} are read",
+            )
+        with os.fdopen(fd, "rb", closefd=False) as stream:
+            raw = stream.read(semantics.MAX_PLAN_BYTES + 1)  # the file may grow after fstat
+    except OSError as exc:
+        return None, Problem("$", f"cannot read {where}: {exc.strerror or exc}")
+    finally:
+        os.close(fd)
+    if len(raw) > semantics.MAX_PLAN_BYTES:
+        return None, Problem("$", f"{where} is over {semantics.MAX_PLAN_BYTES} bytes")
+    try:
+        return raw.decode("utf-8"), None
+    except UnicodeDecodeError as exc:
+        return None, Problem(
+            "$", f"{where} is not UTF-8 (byte {raw[exc.start]:#04x} at offset {exc.start})"
+        )
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return kind
+    return "a special file"
+
+
+def parse_json(text: str, duplicates: list[Problem]) -> Any:
+    """`json.loads(text)`, appending a problem to `duplicates` for each key that repeats in one
+    object, at the repeated key's JSON path: Python's parser keeps the last value silently, so
+    the plan would run with a value its author may not have meant."""
+    repeats: dict[int, list[str]] = {}  # id(object) -> its repeated keys; objects stay alive
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj: dict[str, Any] = {}
+        for key, value in items:
+            if key in obj:
+                repeats.setdefault(id(obj), []).append(key)
+            obj[key] = value
+        return obj
+
+    data = json.loads(text, object_pairs_hook=pairs)
+    if repeats:
+        stack: list[tuple[Any, str]] = [(data, "$")]
+        while stack:
+            node, where = stack.pop()
+            if isinstance(node, dict):
+                for key in dict.fromkeys(repeats.get(id(node), [])):
+                    sub = f"{where}.{key}" if where != "$" else key
+                    duplicates.append(
+                        Problem(
+                            semantics.shown_path(sub),
+                            "this key appears more than once in its object; JSON keeps only the "
+                            "last value, so the others would be silently dropped: keep one",
+                        )
+                    )
+                stack.extend(
+                    (child, f"{where}.{k}" if where != "$" else str(k)) for k, child in node.items()
+                )
+            elif isinstance(node, list):
+                stack.extend((child, f"{where}[{i}]") for i, child in enumerate(node))
+        duplicates.sort(key=lambda p: p.path)
+    return data
+
+
+def check_plan_data(data: Any, base_dir: str | Path | None = None) -> PlanCheck:
+    """Check an already-parsed plan (a dict as `json.load` gives it); `base_dir` is the folder a
+    loss file's path is relative to (the plan file's; default the current directory)."""
     if not isinstance(data, dict):
         return PlanCheck(None, [Problem("$", f"expected a JSON object, got {type(data).__name__}")])
     if semantics.data_depth(data) > semantics.MAX_DEPTH:
         return PlanCheck(
             None, [Problem("$", f"nesting is deeper than {semantics.MAX_DEPTH} levels")]
         )
+    # invalid Unicode, control bytes, secrets: first and alone, since later messages quote strings
+    refused = semantics.string_problems(data)
+    if refused:
+        return PlanCheck(None, [Problem(path, message) for path, message in refused])
     errors: list[Problem] = []
     plan: Plan | None = None
     try:
         plan = Plan.model_validate(data)
     except ValidationError as exc:
         errors.extend(_pydantic_problems(exc))
-    checker = _Checker(data)
+    checker = _Checker(data, base_dir)
     checker.run()
     errors.extend(p for p in checker.errors if p not in errors)
     # meaning of the values (semantics.py): one line per path, the first pass's wins
@@ -147,12 +273,13 @@ def check_plan_data(data: Any) -> PlanCheck:
     warnings = [*_unknown_field_warnings(plan, "$"), *checker.warnings]
     plan._warnings = [str(w) for w in warnings]
     plan._losses = {a.name: checker.losses[a.name] for a in plan.arms if a.name in checker.losses}
+    plan._base_dir = str(base_dir) if base_dir is not None else None
     return PlanCheck(plan, [], warnings)
 
 
 def parse_plan(data: Any, source: str | Path | None = None) -> Plan:
     """A validated `Plan` from parsed JSON; raises `PlanError` listing every problem."""
-    result = check_plan_data(data)
+    result = check_plan_data(data, Path(source).resolve().parent if source else None)
     if result.plan is None:
         raise PlanError(result.errors, source)
     return result.plan
@@ -233,8 +360,9 @@ def _unknown_field_warnings(model: BaseModel, path: str) -> Iterator[Problem]:
 class _Checker:
     """Cross-field rules on the raw JSON; `errors` and `warnings` collect `Problem`s."""
 
-    def __init__(self, data: dict[str, Any]) -> None:
+    def __init__(self, data: dict[str, Any], base_dir: str | Path | None = None) -> None:
         self.d = data
+        self.base_dir = base_dir
         self.errors: list[Problem] = []
         self.warnings: list[Problem] = []
         self.losses: dict[Any, ResolvedLoss] = {}  # arm name -> its loss, resolved once
@@ -251,8 +379,12 @@ class _Checker:
 
     def run(self) -> None:
         self.check_features()
+        self.check_texts()
         self.check_arms()
+        self.check_names()
+        self.check_engine()
         self.check_losses()
+        self.check_loss_path()
         self.errors.extend(recomputed_anchor_problems(self.d))
         self.check_batch_relations()
         self.check_preflight()
@@ -307,6 +439,60 @@ class _Checker:
                 self.err(path, f"true is not implemented ({NOT_IMPLEMENTED_FEATURES[key]})")
             elif key not in IMPLEMENTED_FEATURES:
                 self.err(path, "unknown experiment feature set to true; not implemented by losslab")
+
+    def check_texts(self) -> None:
+        """Required text fields that say nothing: a report titled "" names no experiment."""
+        for key in ("title", "hypothesis", "base_model"):
+            value = self.d.get(key)
+            if isinstance(value, str) and not value.strip():
+                self.err(key, "is empty; write what it names (it heads the report and the run)")
+        dataset_name = _dict(self.d.get("dataset")).get("name")
+        if isinstance(dataset_name, str) and not dataset_name.strip():
+            self.err("dataset.name", "is empty; name the task's dataset (e.g. gsm8k)")
+
+    def check_names(self) -> None:
+        """The safe-name rule (`losslab.plan.names`) on every plan string that becomes part of
+        a file name: arm names (folders, eval files, checkpoints), and no two arm names that
+        differ only in case (one folder on a case-insensitive file system)."""
+        folded: dict[str, int] = {}
+        for i, arm in enumerate(self.arms):
+            name = _dict(arm).get("name")
+            if not isinstance(name, str):
+                continue
+            problem = name_problem(
+                name, "an arm's name names its folder arms/<name>/ and its file eval_<name>.jsonl"
+            )
+            if problem is not None:
+                self.err(f"arms[{i}].name", problem)
+                continue
+            key = name.casefold()
+            if key in folded and self.arms[folded[key]].get("name") != name:
+                self.err(
+                    f"arms[{i}].name",
+                    f"{name!r} differs from arms[{folded[key]}].name only in case; on a "
+                    "case-insensitive file system both arms would share one folder",
+                )
+            folded.setdefault(key, i)
+
+    def check_engine(self) -> None:
+        """The backend and the task are names from their registries, checked here rather than
+        when the run starts: `backends.registry` and `tasks.registry` are stdlib-only tables."""
+        engine = _dict(self.d.get("engine"))
+        backend = engine.get("backend")
+        if isinstance(backend, str) and backend not in BACKENDS:
+            self.err(
+                "engine.backend",
+                f"{backend!r} is not a backend; expected one of {', '.join(map(repr, BACKENDS))} "
+                "(or leave it out to choose with --backend)",
+            )
+        task_path = "engine.task" if isinstance(engine.get("task"), str) else "dataset.name"
+        task = engine.get("task") if task_path == "engine.task" else None
+        if task is None:
+            task = _dict(self.d.get("dataset")).get("name")
+        if isinstance(task, str) and task.strip():
+            problem = task_name_problem(task)
+            if problem is not None:
+                self.err(task_path, problem)
 
     def check_arms(self) -> None:
         arms_raw = self.d.get("arms")
@@ -391,14 +577,36 @@ class _Checker:
             if not isinstance(loss, str):
                 continue
             try:
-                resolved = resolve_loss(loss, baseline_rev, reference_rev)
+                resolved = resolve_loss(loss, baseline_rev, reference_rev, base_dir=self.base_dir)
             except LossNameError as exc:
                 self.err(f"arms[{i}].loss", str(exc))
             else:
+                declared = LOSSES.get(resolved.name)
+                if declared is not None and not declared.reads_policy_inputs:
+                    self.err(
+                        f"arms[{i}].loss",
+                        f"{loss!r} resolves to {resolved.name}, which reads neither advantages "
+                        "nor sampler log-probs: it cannot train an RL arm (training_type 'rl')",
+                    )
                 name = _dict(arm).get("name")
                 if isinstance(name, str):  # any other name is pass 1's error (and unhashable)
                     self.losses[name] = resolved
                 self.resolved[f"arms[{i}].loss"] = resolved
+
+    def check_loss_path(self) -> None:
+        """`engine.loss_path: builtin` needs a Tinker built-in computing every arm's loss."""
+        if _dict(self.d.get("engine")).get("loss_path") != "builtin":
+            return
+        from losslab.losses.tinker_builtins import builtin_request
+
+        for where, resolved in self.resolved.items():
+            declaration = LOSSES.get(resolved.name)
+            if declaration is None:
+                continue  # not a registry loss: check_losses named it
+            try:
+                builtin_request(resolved.name, declaration.resolve(resolved.values))
+            except ValueError as exc:
+                self.err(where, f"engine.loss_path is 'builtin': {exc}")
 
     def check_batch_relations(self) -> None:
         steps = _int(self.d.get("steps"))
@@ -460,6 +668,17 @@ class _Checker:
                         f"{pid!r} repeats paths[{seen[pid]}]",
                     )
                 seen.setdefault(pid, i)
+            for key in ("baseline_revision", "reference_revision"):
+                text = path.get(key)
+                if not isinstance(text, str):
+                    continue
+                where = f"correctness_preflight.paths[{i}].{key}"
+                try:
+                    revision = parse_revision(text)
+                    if key == "baseline_revision" and path.get("kind", "loss") == "loss":
+                        pinned_clip(revision)  # a NaN or half pin would check nothing
+                except RevisionError as exc:
+                    self.err(where, str(exc))
             for key, tol in _dict(path.get("tolerances")).items():
                 base = f"correctness_preflight.paths[{i}].tolerances.{key}"
                 for name in ("atol", "rtol"):
@@ -556,6 +775,17 @@ class _Checker:
         role = known.loss_role
         index = self.arm_keys().get(role) if role is not None else None
         loss = self.resolved.get(f"arms[{index}].loss") if index is not None else None
+        if loss is not None and loss.user is not None and loss.user.file is not None:
+            # code declares no metrics: its source must at least name the key it logs
+            source = Path(loss.user.file).read_text(encoding="utf-8")
+            if f'"{known.logged_key}"' not in source and f"'{known.logged_key}'" not in source:
+                self.err(
+                    path,
+                    f"{metric!r} reads {known.logged_key!r} from the {role} arm's loss, "
+                    f"{loss.user.file}::{loss.user.function}, whose source never names that key; "
+                    f"return it in the metrics dict (metrics[{known.logged_key!r}] = ...)",
+                )
+            return
         if loss is None or loss.name not in LOSSES:  # no such arm or loss: reported elsewhere
             return
         declared = LOSSES[loss.name].metrics
@@ -626,6 +856,12 @@ class _Checker:
         alpha = _num(rule.get("alpha"))
         if alpha is not None and not 0 < alpha < 1:
             self.err("decision_rule.alpha", f"{_fmt_num(alpha)} is outside (0, 1)")
+        elif alpha is not None and 1.0 - alpha == 1.0:  # alpha below 2**-54, about 5.6e-17
+            self.err(
+                "decision_rule.alpha",
+                f"{_fmt_num(alpha)} is so small that the confidence level 1 - alpha rounds to 1 "
+                "in floating point: no interval could be stated; use e.g. 0.05",
+            )
         version = _int(rule.get("version"))
         if version is not None and version != 1:
             self.err(
@@ -694,6 +930,13 @@ class _Checker:
                     good_bounds = nums
             margin = _num(crit.get("margin", 0.0))
             if (
+                good_bounds is not None
+                and isinstance(weights, dict)
+                and len(good_weights) == len(weights) > 0
+                and not self.check_weight_range(base, good_weights, good_bounds)  # type: ignore[arg-type]
+            ):
+                continue
+            if (
                 margin is not None
                 and good_bounds is not None
                 and isinstance(weights, dict)
@@ -707,6 +950,37 @@ class _Checker:
                         "open range of the weighted difference; the verdict would be fixed before "
                         "any data",
                     )
+
+    def check_weight_range(self, base: str, weights: dict[str, float], bounds: list[float]) -> bool:
+        """Refuse weights and bounds whose per-item difference leaves the floating-point range:
+        each term w * (high - low) must be a normal float (5e-324 underflows to a subnormal that
+        rounding erases) and the range of the weighted sum finite (+-1e308 overflows to inf, and
+        an infinite range makes every verdict 'inconclusive'). False when refused."""
+        span = bounds[1] - bounds[0]
+        if not math.isfinite(span):
+            self.err(f"{base}.bounds", f"high - low of {_show(bounds)} overflows to inf")
+            return False
+        ok = True
+        for key, w in weights.items():
+            term = abs(w) * span
+            if not math.isfinite(term) or term < sys.float_info.min:
+                self.err(
+                    f"{base}.weights.{key}",
+                    f"{_fmt_num(w)} x the bounds' span {_fmt_num(span)} is {_fmt_num(term)}, outside "
+                    f"the normal floating-point range [{sys.float_info.min:.3g}, "
+                    f"{sys.float_info.max:.3g}]; scale the weights (e.g. +1 and -1)",
+                )
+                ok = False
+        if ok:
+            low, high = weighted_range(weights, bounds)
+            if not math.isfinite(high - low):
+                self.err(
+                    f"{base}.weights",
+                    f"the weighted difference spans [{_fmt_num(low)}, {_fmt_num(high)}], whose width "
+                    "overflows to inf; scale the weights (e.g. +1 and -1)",
+                )
+                ok = False
+        return ok
 
     def check_budget(self) -> None:
         budget = self.d.get("budget")

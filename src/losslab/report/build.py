@@ -24,6 +24,8 @@ from losslab.report import plots
 from losslab.report.audit import grader_audit, power_facts
 from losslab.report.html import render_html
 from losslab.report.items import base_model_facts, flipped_items
+from losslab.report.not_done import not_done
+from losslab.report.pilot import pilot_diagnostics_facts
 from losslab.report.preflight import preflight_summary
 
 REPORT_FORMAT = 1
@@ -128,6 +130,8 @@ def _status(manifest: dict[str, Any]) -> dict[str, Any]:
         "force_flag": bool(manifest.get("force")),
         "resumed": manifest.get("resumed", []),
         "phases": phases,
+        "stop": manifest.get("stop"),  # why an incomplete run ended (the runner's record)
+        "phase_order": manifest.get("phase_order") or [],
     }
 
 
@@ -185,6 +189,7 @@ def collect(run_dir: Path) -> dict[str, Any]:
         "base_model": plan.get("base_model"),
         "arms": [{**a, "role": roles.get(a.get("name"))} for a in arms_plan],
         "switch": _switch(arms_plan),
+        "loss_code": manifest.get("loss_code") or {},  # arms whose loss is code: file, sha256
         "status": _status(manifest),
         "schedule": schedule,
         "pilot": {
@@ -201,6 +206,7 @@ def collect(run_dir: Path) -> dict[str, Any]:
         "preflight_summary": preflight_summary(preflight),
         "restoration": _read_json(run_dir / "restoration.json"),
         "gate": _read_json(run_dir / "pilot" / "gate.json"),
+        "pilot_diagnostics": pilot_diagnostics_facts(run_dir),
         "executed_config": _read_json(run_dir / "executed_config.json"),
         "feasibility": {
             "artifact": feasibility,
@@ -216,6 +222,7 @@ def collect(run_dir: Path) -> dict[str, Any]:
         "verdict": (verdict := _read_json(run_dir / "verdict.json")),
         "power": power_facts(plan, verdict),
         "grader_audit": grader_audit(present),
+        "generation_audit": _read_json(run_dir / "generation_audit.json"),
         "environment": {
             **(manifest.get("environment") or {}),
             "losslab_version": manifest.get("losslab_version"),
@@ -271,6 +278,7 @@ def build_report(run_dir: Path) -> ReportPaths:
     """Write report.json and report.html into `run_dir`; returns their paths."""
     run_dir = Path(run_dir)
     facts = collect(run_dir)
+    facts["not_done"] = not_done(facts)
     figs = figures(facts)
     facts["plots"] = {pid: caption for pid, (caption, _) in figs.items()}
     json_path, html_path = run_dir / "report.json", run_dir / "report.html"

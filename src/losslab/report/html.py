@@ -11,6 +11,8 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from losslab.report.pilot import pilot_section
+
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1100px;margin:2em auto;
 padding:0 1em;color:#222;line-height:1.45}
@@ -126,10 +128,18 @@ def _status_banner(status: dict[str, Any]) -> str:
         )
     elif status.get("complete"):
         parts.append('<div class="banner ok" id="status">Run complete: every phase ran.</div>')
+    elif status.get("stop"):
+        stop = status["stop"]
+        during = f" during {stop['phase']}" if stop.get("phase") else ""
+        parts.append(
+            f'<div class="banner warn" id="status"><b>Run incomplete: {escape(str(stop.get("kind")))}'
+            f"{escape(during)}.</b> {escape(str(stop.get('reason') or ''))}; sections not "
+            "reached are marked.</div>"
+        )
     else:
         parts.append(
-            '<div class="banner warn" id="status">Run incomplete (in progress or '
-            "interrupted); sections not reached are marked.</div>"
+            '<div class="banner warn" id="status">Run incomplete (in progress, or ended with '
+            "no recorded reason); sections not reached are marked.</div>"
         )
     for f in status.get("forced") or []:
         parts.append(
@@ -142,6 +152,50 @@ def _status_banner(status: dict[str, Any]) -> str:
             f"{escape(', '.join(status['resumed']))}</p>"
         )
     return "".join(parts)
+
+
+def _rederived_banner(summary: dict[str, Any] | None) -> str:
+    """A warning whenever a pinned source was not executed (its re-derivation was compared)."""
+    rows = [r for r in (summary or {}).get("provenance") or [] if not r.get("executed")]
+    if not rows:
+        return ""
+    items = "".join(
+        f"<li>{escape(str(r.get('path')))} {escape(str(r.get('side')))}: "
+        f"{escape(str(r.get('summary')))}</li>"
+        for r in rows
+    )
+    return (
+        '<div class="banner warn" id="rederived"><b>Pinned source NOT executed.</b> The '
+        "correctness preflight compared against losslab's re-derivation of these references; "
+        "`losslab run --source OWNER/NAME=PATH` executes the pinned commit from a checkout."
+        f"<ul>{items}</ul></div>"
+    )
+
+
+def _not_done(entries: list[dict[str, str]] | None) -> str:
+    if not entries:
+        return (
+            "<p>Nothing: every phase ran, every pinned source was executed, no check was "
+            "overridden and no audit was skipped.</p>"
+        )
+    rows = "".join(f"<li><b>{escape(e['what'])}</b>: {escape(e['detail'])}</li>" for e in entries)
+    return f"<ul id='not-done-list'>{rows}</ul>"
+
+
+def _generation_audit(audit: dict[str, Any] | None) -> str:
+    if audit is None:
+        return '<p class="muted">The generation audit was not reached in this run.</p>'
+    out = [_checks_table(audit, "The generation audit")]
+    overlap = audit.get("overlap") or {}
+    if overlap.get("overlap_ids"):
+        ids = ", ".join(map(str, overlap["overlap_ids"][:50]))
+        out.append(f"<p>Test items whose question is also a training question: {escape(ids)}</p>")
+    if not audit.get("required"):
+        out.append(
+            '<p class="muted">generation_audit.required is false: a failed row is recorded '
+            "here and does not stop the run.</p>"
+        )
+    return "".join(out)
 
 
 def _ci_text(ci: Any) -> str:
@@ -237,6 +291,19 @@ def _verdict(verdict: dict[str, Any] | None) -> str:
             ]
         )
     return body
+
+
+def _loss_code(code: dict[str, Any] | None) -> str:
+    """One line per arm whose loss is code: "your code: my_dppo.py::fn @ sha256 3f2a..." (the
+    file the preflight checked and the arm trained; manifest.json's `loss_code`)."""
+    if not code:
+        return ""
+    items = "".join(
+        f'<li data-arm="{escape(arm)}"><b>{escape(arm)}</b>: {escape(str(rec.get("summary")))} '
+        f'<span class="muted">sha256 {escape(str(rec.get("sha256")))}</span></li>'
+        for arm, rec in code.items()
+    )
+    return f'<h3>Losses named as code</h3><ul id="loss-code">{items}</ul>'
 
 
 def _preflight(artifact: dict[str, Any] | None, summary: dict[str, Any] | None) -> str:
@@ -545,6 +612,7 @@ def render_html(facts: dict[str, Any], images: dict[str, tuple[str, str]]) -> st
     if facts.get("rehearsal"):
         s.append(_rehearsal_banner(facts["rehearsal"]))
     s.append(_status_banner(facts["status"]))
+    s.append(_rederived_banner(facts.get("preflight_summary")))
 
     s.append('<section id="verdict"><h2>Verdict</h2>')
     s.append(_verdict(facts.get("verdict")))
@@ -574,13 +642,19 @@ def render_html(facts: dict[str, Any], images: dict[str, tuple[str, str]]) -> st
     s.append("</section>")
 
     s.append('<section id="preflight"><h2>Correctness preflight (errors vs tolerances)</h2>')
-    s.append(_preflight(facts.get("preflight"), facts.get("preflight_summary")) + "</section>")
+    s.append(
+        _loss_code(facts.get("loss_code"))
+        + _preflight(facts.get("preflight"), facts.get("preflight_summary"))
+        + "</section>"
+    )
     s.append('<section id="restoration"><h2>Restoration preflight</h2>')
     s.append(_checks_table(facts.get("restoration"), "The restoration preflight") + "</section>")
 
     s.append('<section id="gate"><h2>Activation gate (pilot: measured vs bounds)</h2>')
     s.append(f'<p class="muted">{escape(facts["pilot"]["note"])}</p>')
     s.append(_checks_table(facts.get("gate"), "The activation gate") + "</section>")
+    s.append('<section id="pilot-diagnostics"><h2>Pilot diagnostics: mismatch vs drift</h2>')
+    s.append(pilot_section(facts.get("pilot_diagnostics")) + "</section>")
 
     s.append('<section id="executed-config"><h2>Executed configuration vs plan</h2>')
     ex = facts.get("executed_config")
@@ -661,6 +735,14 @@ def render_html(facts: dict[str, Any], images: dict[str, tuple[str, str]]) -> st
 
     s.append('<section id="grader-audit"><h2>Second grader (math-verify) vs the grades</h2>')
     s.append(_grader_audit(facts.get("grader_audit")) + "</section>")
+
+    s.append(
+        '<section id="generation-audit"><h2>Generation audit (overlap, one score per item)</h2>'
+    )
+    s.append(_generation_audit(facts.get("generation_audit")) + "</section>")
+
+    s.append('<section id="not-done"><h2>What was not done</h2>')
+    s.append(_not_done(facts.get("not_done")) + "</section>")
 
     s.append('<section id="environment"><h2>Environment</h2>')
     s.append(_kv_table(facts.get("environment")) + "</section>")

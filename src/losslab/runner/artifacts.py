@@ -33,7 +33,9 @@ def set_aside(path: Path) -> Path:
     """Rename a damaged artifact to `<name>.damaged` (kept for inspection, out of the way)."""
     path = Path(path)
     aside = path.with_name(path.name + ".damaged")
-    if aside.exists():
-        shutil.rmtree(aside) if aside.is_dir() else aside.unlink()
+    if aside.is_symlink() or aside.is_file():  # a link is removed, never what it points to
+        aside.unlink()
+    elif aside.is_dir():
+        shutil.rmtree(aside)
     path.rename(aside)
     return aside

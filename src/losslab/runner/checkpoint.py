@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from losslab.atomic import atomic_dir
-from losslab.runner.rundir import read_json, sha256_file, write_json_artifact
+from losslab.atomic import as_disk_full, atomic_dir
+from losslab.runner.rundir import confined, read_json, sha256_file, write_json_artifact
 
 STEP_PREFIX = "step_"
 TMP_PREFIX = ".tmp-step_"
@@ -99,7 +99,13 @@ def save_checkpoint(
     # an existing `final` is replaced: a resumed run recomputed this step; the new copy is identical
     with atomic_dir(final, prefix=f"{TMP_PREFIX}{step:04d}.") as tmp:
         (tmp / "trainer").mkdir()
-        trainer_info = save_trainer(tmp / "trainer")
+        try:
+            trainer_info = save_trainer(tmp / "trainer")
+        except Exception as e:  # a full disk seen through safetensors / torch.save
+            full = as_disk_full(e, tmp / "trainer")
+            if full is None:
+                raise
+            raise full from e
         write_json_artifact(
             tmp / "state.json",
             {
@@ -206,7 +212,7 @@ def newest_intact_checkpoint(
     """
     if checkpoints_dir.is_dir():
         for p in checkpoints_dir.glob(f"{TMP_PREFIX}*"):
-            shutil.rmtree(p, ignore_errors=True)
+            remove_checkpoint_dir(checkpoints_dir, p)
     damaged: list[tuple[Path, str]] = []
     for step in reversed(completed_steps(checkpoints_dir)):
         path = checkpoints_dir / step_dir_name(step)
@@ -226,4 +232,14 @@ def prune_checkpoints(checkpoints_dir: Path, keep_last: int, protect: set[int]) 
     steps = completed_steps(checkpoints_dir)
     for s in steps[:-keep_last] if keep_last > 0 else steps:
         if s not in protect:
-            shutil.rmtree(checkpoints_dir / step_dir_name(s), ignore_errors=True)
+            remove_checkpoint_dir(checkpoints_dir, checkpoints_dir / step_dir_name(s))
+
+
+def remove_checkpoint_dir(checkpoints_dir: Path, path: Path) -> None:
+    """Delete one checkpoint (or temp) folder of `checkpoints_dir`, never anything outside it:
+    a symlink is unlinked (its target kept), and a folder is deleted only while it resolves
+    inside `checkpoints_dir` (`rundir.confined`; `shutil.rmtree` itself never follows links)."""
+    if path.is_symlink():
+        path.unlink()
+        return
+    shutil.rmtree(confined(checkpoints_dir, path), ignore_errors=True)

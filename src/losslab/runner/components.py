@@ -31,10 +31,17 @@ from losslab.conformance.arm_losses import arm_losses
 from losslab.engine import ArmLoop, evaluate, evaluation_result
 from losslab.plan import load_plan
 from losslab.runner import phases as phase_table
-from losslab.runner.errors import BackendUnavailable, DataError, RunError, UnsupportedPlan
+from losslab.runner.errors import (
+    BackendUnavailable,
+    DataError,
+    LossBuildError,
+    RunError,
+    UnsupportedPlan,
+)
 from losslab.runner.protocols import Phase
 from losslab.runner.trainer import BackendArmTrainer, TrainOrder, arm_config, seed_schedule
 from losslab.stats.cost import cost_vs_pilot, plan_cost
+from losslab.stats.tinker_cost import load_price_table, tinker_cost
 from losslab.tasks import make_task
 
 EVAL_PROBE_ITEMS = 32
@@ -63,8 +70,15 @@ def check_task_sizes(task: Any, n_eval: int, data: Any) -> None:
 class DefaultComponents:
     """Components for `run_plan` from a plan file and a backend name (`losslab.backends.BACKENDS`)."""
 
-    def __init__(self, plan_file: Path, backend: str, data: Path | None = None) -> None:
+    def __init__(
+        self,
+        plan_file: Path,
+        backend: str,
+        data: Path | None = None,
+        sources: dict[str, Path] | None = None,
+    ) -> None:
         self.backend_impl = _backend(backend, "")
+        self.sources = dict(sources or {})  # owner/repo -> checkout the preflight executes
         self.plan_file = Path(plan_file)
         self.plan = load_plan(self.plan_file)  # PlanError lists every problem, incl. features
         if self.plan.engine.backend is not None:
@@ -74,6 +88,10 @@ class DefaultComponents:
         self.run_tag = f"losslab-{int(time.time())}"
         self._train_orders: dict[int, list[Any]] = {}
         self.schedule = seed_schedule(self.plan)
+        try:  # the Tinker price table is read now: a bad one is refused before any write
+            self._prices = load_price_table(self.plan.engine.price_table)
+        except ValueError as e:
+            raise UnsupportedPlan(f"plan engine.price_table: {e}") from e
         if self.data is not None or not self._task_needs_hub:
             # local files or generated data: checked now, before any run directory or service
             # call; a hub download stays lazy (the first phase that needs the task loads it)
@@ -98,7 +116,7 @@ class DefaultComponents:
         try:
             return arm_losses(self.plan)
         except ValueError as e:
-            raise RunError(f"the plan's losses cannot be built: {e}") from e
+            raise LossBuildError(f"the plan's losses cannot be built: {e}") from e
 
     @cached_property
     def service(self) -> Any:
@@ -156,6 +174,11 @@ class DefaultComponents:
                 f"{self.base_model!r}: {e}"
             ) from e
 
+    def probe_client(self) -> Any:
+        """A fresh training client of the base model that no arm trains (the dispatch
+        fingerprint's forward-backward stays in it)."""
+        return self._create_client(self.schedule.treatment)
+
     def make_trainer(self, arm: str) -> BackendArmTrainer:
         config = arm_config(self.plan, self.losses, self.schedule, arm)
         task = self.task
@@ -208,7 +231,11 @@ class DefaultComponents:
             cost = self._cost
         except (ValueError, RunError) as e:  # e.g. a model whose size is unknown offline
             return {"available": False, "reason": str(e)}
-        return {"available": True, "lines": cost.lines(), **cost.to_dict()}
+        projection = {"available": True, "lines": cost.lines(), **cost.to_dict()}
+        if self.backend == "tinker":  # Tinker bills tokens: their counts and dollars beside
+            card = tinker_cost(self.plan, cost.prompt.mean_tokens, self._prices)
+            projection.update(lines=[*cost.lines(), "", *card.lines()], tinker=card.to_dict())
+        return projection
 
     def cost_beside_pilot(self, wall_seconds: float, gpu_hours: float) -> dict[str, Any]:
         """`cost_projection` with the pilot's projection beside it (feasibility.json)."""

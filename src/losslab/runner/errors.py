@@ -17,6 +17,12 @@ class RunDirError(RunError):
     exit_code = 2
 
 
+class DiskFull(RunError):
+    """A write found no space left on the device; the run directory stays resumable (exit 1)."""
+
+    exit_code = 1
+
+
 class ResumeRefused(RunError):
     """`--resume` pointed at a run from another plan, backend or losslab version."""
 
@@ -25,6 +31,13 @@ class ResumeRefused(RunError):
 
 class UnsupportedPlan(RunError):
     """The plan asks for an experiment feature losslab does not implement."""
+
+    exit_code = 2
+
+
+class LossBuildError(RunError):
+    """An arm's loss cannot be built (code that does not import, has an unknown signature or
+    returns no differentiable loss; a resolved value its declaration refuses): bad input."""
 
     exit_code = 2
 

@@ -28,7 +28,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from losslab.runner.rundir import redact
+from losslab.runner.rundir import open_log_nofollow, redact
 
 
 def stdout_is_terminal() -> bool:
@@ -75,7 +75,7 @@ class RunConsole:
         if self.log_path is not None:
             stamp = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.log_path, "a", encoding="utf-8") as f:
+            with open(open_log_nofollow(self.log_path), "a", encoding="utf-8") as f:
                 f.write(f"{stamp} {message}\n")
         if echo:
             if self._progress is not None:

@@ -224,8 +224,9 @@ class RehearsalComponents(DefaultComponents):
         data: Path | None = None,
         scale: RehearsalScale | None = None,
         model_cache: Path | None = None,
+        sources: dict[str, Path] | None = None,
     ) -> None:
-        super().__init__(plan_file, "local", data)  # the rehearsal always runs locally
+        super().__init__(plan_file, "local", data, sources)  # a rehearsal always runs locally
         self.requested_backend = backend
         self.scale = scale or RehearsalScale()
         self.full_plan = self.plan
@@ -285,7 +286,10 @@ class RehearsalComponents(DefaultComponents):
         # a row of the executed-config table (plan == executed, so it never fails the check)
         mark = "toy-scale rehearsal on a random model: not evidence"
         values = super().executed_config(arm, trainer).artifact
-        return compare_config({"REHEARSAL": {"plan": mark, "executed": mark}, **values}, arm)
+        compared = {k: v for k, v in values.items() if v["match"] is not None}
+        reported = {k: v["executed"] for k, v in values.items() if v["match"] is None}
+        rows = {"REHEARSAL": {"plan": mark, "executed": mark}, **compared}
+        return compare_config(rows, arm, reported)
 
     def evaluate(self, arm: str, trainer: Any) -> PhaseResult:
         result = super().evaluate(arm, trainer)

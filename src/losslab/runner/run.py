@@ -38,7 +38,7 @@ from losslab.runner.checkpoint import (
     save_checkpoint,
     seed_everything,
 )
-from losslab.runner.errors import CheckFailed, RunDirError, RunError
+from losslab.runner.errors import CheckFailed, DiskFull, RunDirError, RunError
 from losslab.runner.phases import VERDICT_PHASE
 from losslab.runner.progress import RunConsole
 from losslab.runner.protocols import ArmTrainer, Components, Phase, check_table
@@ -47,9 +47,11 @@ from losslab.runner.rundir import (
     RunDir,
     atomic_write_jsonl,
     open_run_dir,
+    redact,
     write_json_artifact,
 )
 from losslab.runner.signals import interrupt_exit_code, interrupt_name, sigterm_as_interrupt
+from losslab.runner.startup import check_start_environment
 from losslab.runner.trackers import MetricsMirror, open_tracker
 
 KEEP_CHECKPOINTS = 2  # newest two per arm: resume needs one, the other guards a bad disk write
@@ -86,6 +88,7 @@ def run_plan(
     components_factory: ComponentsFactory | None = None,
     rehearse: bool = False,
     tracker: str | None = None,
+    sources: dict[str, Path] | None = None,
 ) -> RunResult:
     """Run (or resume) the experiment in `plan_file`; returns the run directory and verdict.
 
@@ -107,15 +110,19 @@ def run_plan(
         tracker: "wandb" or "trackio" mirrors every metrics.jsonl row to that tracker (its own
             offline settings apply); None (default) logs to the run directory only. Do not use
             it for runs whose metrics must stay on this machine with wandb online.
+        sources: {"owner/repo": a git checkout or bare git dir} the correctness preflight
+            executes the pinned commit from, instead of fetching it (`--source`); a source that
+            still cannot be had is re-derived, and the console and the report say so.
 
     Raises:
         RunError (and subclasses), PlanError: with a message fit for the user.
     """
     with sigterm_as_interrupt():  # a scheduler's SIGTERM unwinds like Ctrl-C
         plan_file = Path(plan_file)
+        check_start_environment(backend)  # a short key, a bad timeout: refused before any work
         if not plan_file.is_file():
             raise RunError(f"plan file {plan_file} does not exist")
-        factory = components_factory or _default_factory(data, rehearse)
+        factory = components_factory or _default_factory(data, rehearse, sources)
         components = factory(plan_file, backend)  # validates the plan before any write
         if BASE_MODEL in components.schedule.arms:
             raise RunError(
@@ -126,7 +133,21 @@ def run_plan(
         mirror = open_tracker(tracker)  # a missing tracker package fails before any write
         # a rehearsal reaches every phase (force); each check's outcome is still recorded
         how = dict(backend=backend, force=force or rehearse, rehearsal=rehearsal)
-        run = open_run_dir(plan_file, out=out, resume=resume, **how)
+        # the arms' losses are built now: code that does not import or has the wrong form
+        # stops the run here, before any run directory exists (exit 2)
+        loss_code = {
+            arm: dict(fn.code)
+            for arm, fn in (getattr(components, "losses", None) or {}).items()
+            if getattr(fn, "code", None)
+        }
+        run = open_run_dir(
+            plan_file,
+            out=out,
+            resume=resume,
+            loss_code=loss_code,
+            units=components.schedule.arms,
+            **how,
+        )
         command = f"losslab run {plan_file} --backend {backend}" + (" --rehearse" * rehearse)
         intro = [f"{command}: {'resuming' if resume else 'run directory'} {run.root}"]
         if rehearsal is not None:
@@ -139,14 +160,16 @@ def run_plan(
         return _run_in(run, components, intro, f"{command} --resume {run.root}", quiet, mirror)
 
 
-def _default_factory(data: Path | None, rehearse: bool) -> ComponentsFactory:
+def _default_factory(
+    data: Path | None, rehearse: bool, sources: dict[str, Path] | None = None
+) -> ComponentsFactory:
     if rehearse:
         from losslab.runner.rehearsal import RehearsalComponents
 
-        return partial(RehearsalComponents, data=data)
+        return partial(RehearsalComponents, data=data, sources=sources)
     from losslab.runner.components import DefaultComponents
 
-    return partial(DefaultComponents, data=data)
+    return partial(DefaultComponents, data=data, sources=sources)
 
 
 def _run_in(
@@ -160,6 +183,7 @@ def _run_in(
     """Run the phases in the opened `run` directory, logging `intro` first; every way out
     leaves it resumable and released, with a line in run.log saying how it ended."""
     console: RunConsole | None = None
+    runner: _Runner | None = None
     threads = torch.get_num_threads()  # a resume may pin it to the original run's; restored below
     try:
         phases = check_table(components.phases)
@@ -168,28 +192,33 @@ def _run_in(
         console = RunConsole(run.log_path, quiet=quiet, total_phases=len(phases) + 1)
         for line in intro:
             console.log(line)
-        return _Runner(run, components, phases, console, run.force, mirror).run()
+        runner = _Runner(run, components, phases, console, run.force, mirror)
+        return runner.run()
     except KeyboardInterrupt as e:
         what = interrupt_name(e)
         _log_quietly(console, f"{what}; the run directory is resumable: {resume_hint}")
+        _record_stop(runner, "interrupted", f"{what}; resumable: {resume_hint}")
         raise RunInterrupted(f"{what}. Continue with: {resume_hint}", interrupt_exit_code(e)) from e
     except OSError as e:
-        if e.errno == errno.ENOSPC:
-            raise RunDirError(
-                f"the disk is full while writing {e.filename or run.root}. Free space, then "
-                f"continue with: {resume_hint}"
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskFull(
+                f"no space left on the device while writing {e.filename or run.root}; the run "
+                f"directory is resumable. Free space, then continue with: {resume_hint}"
             ) from e
         raise
-    except CheckFailed:
+    except CheckFailed as e:
+        _record_stop(runner, "failed check", e.summary, report=False)  # its report is built
         raise
     except RunError as e:
         _log_quietly(console, f"stopped: {e}")
+        _record_stop(runner, "stopped", str(e))
         raise
     except Exception as e:  # a bug: keep the traceback, but leave a trace in run.log too
         _log_quietly(
             console,
             f"crashed: {type(e).__name__}: {e}; the run directory is resumable: {resume_hint}",
         )
+        _record_stop(runner, "crashed", f"{type(e).__name__}: {e}; resumable: {resume_hint}")
         raise
     finally:
         if mirror is not None:
@@ -198,6 +227,21 @@ def _run_in(
             console.close()
         run.release()
         torch.set_num_threads(threads)
+
+
+def _record_stop(runner: _Runner | None, kind: str, reason: str, report: bool = True) -> None:
+    """Write why the run ended early into the manifest (`stop`: kind, reason, the phase that was
+    running) and rebuild the report so it says so; never masks the error being raised."""
+    if runner is None:
+        return
+    try:
+        manifest = runner.run_dir.read_manifest()
+        manifest["stop"] = {"kind": kind, "reason": redact(reason), "phase": runner.current_phase}
+        runner.run_dir.write_manifest(manifest)
+    except (OSError, RunError):  # a full disk or a damaged manifest: the log line stays
+        return
+    if report:
+        runner._report(quiet_fail=True)
 
 
 def _log_quietly(console: RunConsole | None, message: str) -> None:
@@ -228,11 +272,13 @@ class _Runner:
         self.run_dir, self.comp, self.phases = run, comp, phases
         self.console, self.force, self.mirror = console, force, mirror
         self.schedule = comp.schedule
+        self.current_phase: str | None = None  # named in the manifest's `stop` of a stopped run
 
     def run(self) -> RunResult:
         self._write_environment()
         for phase in self.phases:
             self._run_phase(phase)
+        self.current_phase = "report"
         html = self._report()
         verdict = None
         decision = next((p for p in self.phases if p.name == VERDICT_PHASE and p.artifact), None)
@@ -252,6 +298,7 @@ class _Runner:
             self.console.skip_phase(phase.name, "already done (resume)")
             return
         t0 = time.perf_counter()
+        self.current_phase = phase.name
         with self.console.phase(phase.name):
             result = phase.run(self)
             if not result.passed and self.force:
@@ -301,6 +348,9 @@ class _Runner:
                     f"(this process had {torch.get_num_threads()}), so results stay identical"
                 )
                 torch.set_num_threads(threads)
+        if "stop" in manifest:  # this attempt continues it: the old reason moves to the history
+            manifest.setdefault("previous_stops", []).append(manifest.pop("stop"))
+        manifest["phase_order"] = [p.name for p in self.phases]
         sched = self.schedule
         manifest["schedule"] = {
             "arms": list(sched.arms),
@@ -317,7 +367,7 @@ class _Runner:
         self.console.log(message)
 
     def path(self, relative: str) -> Path:
-        return self.run_dir.root / relative
+        return self.run_dir.under(relative)
 
     def record(self, phase: str) -> dict[str, Any]:
         return self.run_dir.read_manifest().get("phases", {}).get(phase, {})

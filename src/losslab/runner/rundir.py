@@ -7,6 +7,8 @@ Layout (every path is relative to the run directory):
     preflight.json                correctness preflight (losses vs pinned references)
     restoration.json              restoration preflight (both arms start from the same state)
     pilot/gate.json               activation gate: measured pilot metrics vs the plan's bounds
+    pilot/diagnostics.json        pilot diagnostics: sampler/trainer gap and alignment, mismatch
+                                  vs drift, effective group size, seeds (`runner.phases.pilot`)
     feasibility.json              projected cost of the full run from measured pilot timings
     executed_config.json          the configuration the backend actually ran, compared with the plan
     arms/<arm>/metrics.jsonl      one row per RL step
@@ -20,6 +22,12 @@ Layout (every path is relative to the run directory):
     REHEARSAL.txt                 only in a `--rehearse` run's directory: what it is and is not
     .lock                         flock of the process running in this directory (its pid inside)
 
+Every path written or deleted under a run directory goes through `RunDir.under` (`confined`):
+resolved with symlinks followed and `..` applied, it must stay inside the run directory, else the
+run is refused (`PathOutsideRunDir`, exit 2, naming the path) before anything is written. An arm
+name such as `../../victim/train` or a `checkpoints/` folder symlinked elsewhere is therefore
+never written through; run.log and `.lock` are opened without following a link.
+
 A file only appears once it is complete (`losslab.atomic`: temp file + `os.replace`), so a run
 killed at any point leaves a directory that `--resume` can continue from. The directory itself is
 built as a hidden sibling and renamed into place, so it never exists half-made.
@@ -28,22 +36,66 @@ built as a hidden sibling and renamed into place, so it never exists half-made.
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import hashlib
 import json
 import os
 import shutil
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from losslab import __version__
 from losslab.atomic import atomic_dir, atomic_write_bytes, atomic_write_text
-from losslab.runner.errors import ResumeRefused, RunDirError
-from losslab.runner.lock import LOCK_NAME, RunDirLock, RunDirLocked, acquire
+from losslab.runner.errors import DiskFull, ResumeRefused, RunDirError
+from losslab.runner.lock import LOCK_NAME, RunDirLock, acquire
 
 MANIFEST_FORMAT = 1
 BASE_MODEL = "base_model"
 """Name of the initial policy's evaluation (eval_base_model.jsonl), reserved among arm names."""
+
+
+class PathOutsideRunDir(RunDirError):
+    """A path to write or delete that resolves outside its run directory (a plan string used as
+    a path, an absolute path, a symlinked subfolder): refused, nothing is written there."""
+
+
+def confined(root: Path, path: Path) -> Path:
+    """`path`, refused unless it resolves (symlinks followed, `..` applied) inside `root`.
+
+    Why resolve rather than inspect the string: a name without `..` still escapes through a
+    symlinked folder, and a name with `..` may still land inside; only the resolved path says.
+
+    Raises:
+        PathOutsideRunDir: naming `path`, where it resolves to, and the run directory.
+    """
+    base = Path(os.path.realpath(root))
+    full = Path(os.path.realpath(path))
+    if full != base and base not in full.parents:
+        raise PathOutsideRunDir(
+            f"refusing to write {path}: it resolves to {full}, outside the run directory "
+            f"{base} (a name with '/' or '..', an absolute path, or a symlinked folder); "
+            "nothing was written there"
+        )
+    return Path(path)
+
+
+def open_log_nofollow(path: Path) -> int:
+    """A file descriptor appending to `path` (created if absent), refusing a symlink or a
+    non-regular file there, so a planted link never makes the run append into its target."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise PathOutsideRunDir(
+                f"refusing to write {path}: it is a symbolic link; remove it, then resume"
+            ) from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise PathOutsideRunDir(f"refusing to write {path}: it is not a regular file")
+    return fd
 
 
 def eval_file(arm: str) -> str:
@@ -52,25 +104,56 @@ def eval_file(arm: str) -> str:
 
 
 def dumps_json(obj: Any) -> str:
-    """Canonical JSON for artifacts: sorted keys, two-space indent, NaN written as null."""
+    """Canonical JSON for artifacts: sorted keys, two-space indent, NaN written as null (the text
+    is never redacted: see `redact`)."""
     return json.dumps(_json_safe(obj), indent=2, sort_keys=True, allow_nan=False) + "\n"
 
 
 SECRET_ENV_VARS = ("TINKER_API_KEY", "WANDB_API_KEY", "HF_TOKEN")
+REDACT_MIN_CHARS = 16
+"""Shortest secret value that is redacted. A shorter one ("a") would match ordinary text, and
+replacing it would garble the log; `runner.startup` refuses such a TINKER_API_KEY when the run
+uses it. Real keys (Tinker's, W&B's 40 hex digits, HF's `hf_...`) are far longer."""
+
+
+def redactable_secrets() -> dict[str, str]:
+    """Name -> value of each secret environment variable set to at least `REDACT_MIN_CHARS`."""
+    out = {}
+    for name in SECRET_ENV_VARS:
+        value = os.environ.get(name, "").strip()
+        if len(value) >= REDACT_MIN_CHARS:
+            out[name] = value
+    return out
 
 
 def redact(text: str) -> str:
-    """Replace the values of secret environment variables (TINKER_API_KEY) by `***`."""
-    for name in SECRET_ENV_VARS:
-        value = os.environ.get(name)
-        if value:
-            text = text.replace(value, "***")
+    """Replace the values of secret environment variables (TINKER_API_KEY) by `***`.
+
+    For text streams only (run.log, the console, crash files): artifacts are never rewritten
+    (a replaced character inside a sha256 or a backend name would corrupt them); an artifact
+    that would hold a secret is refused instead (`refuse_secret_in_artifact`)."""
+    for value in redactable_secrets().values():
+        text = text.replace(value, "***")
     return text
 
 
+class SecretInArtifact(RunDirError):
+    """An artifact would contain a secret's value: it is not written (exit 2)."""
+
+
+def refuse_secret_in_artifact(text: str, path: Path) -> None:
+    """Refuse to write `text` to `path` when it holds a secret's value (as is, or JSON-escaped),
+    naming the variable, never the value."""
+    for name, value in redactable_secrets().items():
+        if value in text or json.dumps(value)[1:-1] in text:
+            raise SecretInArtifact(
+                f"refusing to write {path}: it would contain the value of {name}; losslab keeps "
+                "secrets out of run directories (something in the plan, data or a component "
+                "carries the key)"
+            )
+
+
 def _json_safe(obj: Any) -> Any:
-    if isinstance(obj, str):
-        return redact(obj)
     if isinstance(obj, float):
         return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
     if isinstance(obj, dict):
@@ -90,12 +173,15 @@ def write_json_artifact(path: Path, obj: Any) -> None:
     """Write `obj` as canonical artifact JSON (`dumps_json`: redacted, NaN as null) atomically.
 
     Run-directory artifacts only; plain JSON files use `losslab.atomic.atomic_write_json`."""
-    atomic_write_text(path, dumps_json(obj))
+    text = dumps_json(obj)
+    refuse_secret_in_artifact(text, path)
+    atomic_write_text(path, text)
 
 
 def atomic_write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
     """The metrics.jsonl / eval writer: one canonical JSON object per line, replaced atomically."""
     text = "".join(json.dumps(_json_safe(r), sort_keys=True, allow_nan=False) + "\n" for r in rows)
+    refuse_secret_in_artifact(text, path)
     atomic_write_text(path, text)
 
 
@@ -117,7 +203,7 @@ def _remove_stale_creations(root: Path) -> None:
     for leftover in root.parent.glob(f".{root.name}.creating-*"):
         try:
             acquire(leftover).release()
-        except (RunDirLocked, OSError):
+        except (RunDirError, OSError):  # held, or its .lock is a link: left alone
             continue
         shutil.rmtree(leftover, ignore_errors=True)
 
@@ -169,20 +255,45 @@ def open_run_dir(
     backend: str,
     force: bool,
     rehearsal: dict[str, Any] | None,
+    units: Iterable[str] = (),
+    loss_code: dict[str, Any] | None = None,
 ) -> RunDir:
     """The locked run directory of a `losslab run`: `resume` reopened (same plan, backend and
-    version), else a fresh one at `out` (default `default_run_dir`)."""
-    how = dict(backend=backend, force=force, rehearsal=rehearsal)
+    version, and the same bytes of every loss file in `loss_code`), else a fresh one at `out`
+    (default `default_run_dir`). `loss_code` is `{arm: code provenance}` of the arms whose loss is
+    code (`conformance.user_loss.UserLossFn.code`), kept in manifest.json.
+
+    `units` (the schedule's arm names) are checked first (`check_unit_paths`): a name whose
+    files would land outside the directory is refused before the directory is even made."""
+    how = dict(backend=backend, force=force, rehearsal=rehearsal, loss_code=loss_code)
+    root = resume or out or default_run_dir(plan_file, rehearsal=rehearsal is not None)
+    check_unit_paths(root, units)
     try:
         if resume is not None:
             run = RunDir.open_for_resume(resume, plan_file, **how)
         else:
-            root = out or default_run_dir(plan_file, rehearsal=rehearsal is not None)
             run = RunDir.create(root, plan_file, **how)
     except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskFull(
+                f"no space left on the device while creating the run directory "
+                f"({e.filename or out or resume}); nothing was run"
+            ) from e
         raise RunDirError(f"cannot write the run directory: {e}") from e
     run.remember(run.read_manifest())
     return run
+
+
+def check_unit_paths(root: Path, units: Iterable[str]) -> None:
+    """Refuse (`PathOutsideRunDir`) any arm name whose folder or evaluation file would resolve
+    outside `root`; the same check runs again at every write (`RunDir.under`)."""
+    run = RunDir(Path(root))
+    for unit in units:
+        try:
+            run.arm_dir(unit)
+            run.eval_path(unit)
+        except PathOutsideRunDir as e:
+            raise PathOutsideRunDir(f"arm {unit!r}: {e}") from None
 
 
 def _now() -> str:
@@ -213,37 +324,42 @@ class RunDir:
             self.lock = None
 
     # --- paths -------------------------------------------------------------------------------
+    def under(self, *parts: str) -> Path:
+        """`root/<parts>`, confined to the run directory (`confined`): every artifact path the
+        runner writes or deletes is built here, at the moment it is used."""
+        return confined(self.root, self.root.joinpath(*parts))
+
     @property
     def manifest_path(self) -> Path:
-        return self.root / "manifest.json"
+        return self.under("manifest.json")
 
     @property
     def plan_path(self) -> Path:
-        return self.root / "plan.json"
+        return self.under("plan.json")
 
     @property
     def executed_config_path(self) -> Path:
-        return self.root / "executed_config.json"
+        return self.under("executed_config.json")
 
     @property
     def report_html_path(self) -> Path:
-        return self.root / "report.html"
+        return self.under("report.html")
 
     @property
     def log_path(self) -> Path:
-        return self.root / "run.log"
+        return self.under("run.log")
 
     def arm_dir(self, arm: str) -> Path:
-        return self.root / "arms" / arm
+        return self.under("arms", arm)
 
     def metrics_path(self, arm: str) -> Path:
-        return self.arm_dir(arm) / "metrics.jsonl"
+        return self.under("arms", arm, "metrics.jsonl")
 
     def checkpoints_dir(self, arm: str) -> Path:
-        return self.arm_dir(arm) / "checkpoints"
+        return self.under("arms", arm, "checkpoints")
 
     def eval_path(self, arm: str) -> Path:
-        return self.root / eval_file(arm)
+        return self.under(eval_file(arm))
 
     @property
     def base_eval_path(self) -> Path:
@@ -290,6 +406,7 @@ class RunDir:
         backend: str,
         force: bool,
         rehearsal: dict[str, Any] | None = None,
+        loss_code: dict[str, Any] | None = None,
     ) -> RunDir:
         """Make a fresh run directory holding a copy of the plan and a manifest (`rehearsal`:
         the record of a `--rehearse` run, which marks the directory as one)."""
@@ -313,7 +430,12 @@ class RunDir:
                 lock = acquire(tmp)
                 try:
                     cls(tmp)._write_new(
-                        plan_bytes, plan_file, backend=backend, force=force, rehearsal=rehearsal
+                        plan_bytes,
+                        plan_file,
+                        backend=backend,
+                        force=force,
+                        rehearsal=rehearsal,
+                        loss_code=loss_code,
                     )
                 except BaseException:
                     lock.release()
@@ -333,6 +455,7 @@ class RunDir:
         backend: str,
         force: bool,
         rehearsal: dict[str, Any] | None = None,
+        loss_code: dict[str, Any] | None = None,
     ) -> None:
         atomic_write_bytes(self.plan_path, plan_bytes)
         manifest = {
@@ -346,9 +469,11 @@ class RunDir:
             "resumed": [],
             "phases": {},
         }
+        if loss_code:
+            manifest["loss_code"] = loss_code
         if rehearsal is not None:
             manifest["rehearsal"] = rehearsal
-            atomic_write_text(self.root / "REHEARSAL.txt", rehearsal_marker_text(rehearsal))
+            atomic_write_text(self.under("REHEARSAL.txt"), rehearsal_marker_text(rehearsal))
         self.write_manifest(manifest)
 
     @classmethod
@@ -360,22 +485,32 @@ class RunDir:
         backend: str,
         force: bool,
         rehearsal: dict[str, Any] | None = None,
+        loss_code: dict[str, Any] | None = None,
     ) -> RunDir:
         """Open an existing run directory, refusing one made by another plan or losslab version,
-        and a rehearsal's directory for a real run (or a real run's for a rehearsal)."""
+        a rehearsal's directory for a real run (or a real run's for a rehearsal), and one whose
+        loss code has changed since (`loss_code`)."""
         root = Path(root)
         if not root.is_dir():
             raise ResumeRefused(f"--resume {root}: no such directory")
         run = cls(root)
         run.lock = acquire(root)
         try:
-            return run._open_locked(plan_file, backend=backend, force=force, rehearsal=rehearsal)
+            return run._open_locked(
+                plan_file, backend=backend, force=force, rehearsal=rehearsal, loss_code=loss_code
+            )
         except BaseException:
             run.release()
             raise
 
     def _open_locked(
-        self, plan_file: Path, *, backend: str, force: bool, rehearsal: dict[str, Any] | None
+        self,
+        plan_file: Path,
+        *,
+        backend: str,
+        force: bool,
+        rehearsal: dict[str, Any] | None,
+        loss_code: dict[str, Any] | None = None,
     ) -> RunDir:
         run, root = self, self.root
         if not run.manifest_path.exists() and run.plan_path.is_file():
@@ -412,6 +547,7 @@ class RunDir:
                 f"--resume {root}: the run used --backend {manifest.get('backend')}, "
                 f"not {backend}; the arms must run on one backend"
             )
+        refuse_changed_loss_code(root, manifest.get("loss_code") or {}, loss_code)
         manifest.setdefault("resumed", []).append(_now())
         manifest["force"] = bool(manifest.get("force")) or force
         run.write_manifest(manifest)
@@ -437,3 +573,21 @@ class RunDir:
             )
         refuse_secrets(plan_bytes, plan_file)
         self._write_new(plan_bytes, plan_file, backend=backend, force=force, rehearsal=rehearsal)
+
+
+def refuse_changed_loss_code(
+    root: Path, recorded: dict[str, Any], current: dict[str, Any] | None
+) -> None:
+    """ResumeRefused when an arm's loss code is not the code the run started with (its file's
+    sha256 differs, or the arm's loss was or is no longer code): the arms would train two
+    losses under one name."""
+    current = current or {}
+    for arm in sorted(set(recorded) | set(current)):
+        was, now = recorded.get(arm) or {}, current.get(arm) or {}
+        if was.get("sha256") != now.get("sha256"):
+            where = now.get("file") or was.get("file") or now.get("spec") or was.get("spec")
+            raise ResumeRefused(
+                f"--resume {root}: arm {arm!r}'s loss code {where} changed since the run started "
+                f"(sha256 {was.get('sha256')} then, {now.get('sha256')} now); restore the file "
+                "or start a new run"
+            )

@@ -17,22 +17,18 @@ import tinker
 from losslab.backends.protocols import Backend
 from losslab.engine import ArmConfig, ArmLoop, NonFiniteError, side_losses_for
 from losslab.losses import as_tinker_loss_fn
+from losslab.losses.tinker_builtins import builtin_request
 from losslab.runner.errors import BackendUnavailable, RunError
 from losslab.runner.protocols import Schedule
+from losslab.stats.feasibility import training_units
 
 
 def seed_schedule(plan: Any) -> Schedule:
     """The plan's schedule. One seed: the plan's arms. Several (decision_rule.seeds): one pair
     per seed, seed-major; a plan arm keeps its name at its own seed and is `<arm>.seed<s>` at
     every other seed."""
-    seeds = list(dict.fromkeys(plan.decision_rule.seeds))
-    units = {a.name: (a.name, a.seed) for a in plan.arms}
-    if len(seeds) > 1:
-        units = {
-            (a.name if s == a.seed else f"{a.name}.seed{s}"): (a.name, s)
-            for s in seeds
-            for a in plan.arms
-        }
+    # the same units the feasibility projection counts (stats.feasibility.training_units)
+    units = {unit: (arm, seed) for unit, arm, seed in training_units(plan)}
     return Schedule(
         arms=tuple(units),
         treatment=plan.arm_roles()["treatment"],
@@ -56,6 +52,9 @@ def arm_config(plan: Any, losses: dict[str, Any], schedule: Schedule, unit: str)
             for role in side_losses_for(plan.gate_metrics())
         }
     adam = plan.adam_config(arm)
+    builtin = None
+    if plan.engine.loss_path == "builtin":  # plan check made sure a built-in computes it
+        builtin = builtin_request(loss.name, loss.params)
     return ArmConfig(
         name=unit,
         loss_fn=as_tinker_loss_fn(loss),
@@ -68,6 +67,7 @@ def arm_config(plan: Any, losses: dict[str, Any], schedule: Schedule, unit: str)
         max_tokens=eng.max_tokens,
         updates_per_batch=arm.updates_per_batch,
         side_losses=side,
+        builtin=builtin,
     )
 
 

@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from losslab.plan import Plan
-from losslab.stats.feasibility import StepTimings, project_feasibility
+from losslab.stats.feasibility import StepTimings, project_feasibility, training_units
 
 
 @dataclass(frozen=True)
@@ -260,7 +260,8 @@ class CostProjection:
             f"  model      {size}",
             f"  prompts    {self.prompt.mean_tokens:.0f} tokens mean ({self.prompt.how})",
             f"  per rollout step  sampling {f['sampling_per_step']:.3g} FLOP = "
-            f"{t['sample_s']:.3g} s; training {f['training_per_step']:.3g} FLOP = "
+            f"{t['sample_s']:.3g} s; training {f['training_per_step']:.3g} FLOP"
+            f"{' (6N, two-phase)' if 'two-phase' in self.training_path else ' (4N, fused)'} = "
             f"{t['train_per_rollout_step_s']:.3g} s",
             f"  per eval item     {f['eval_per_item']:.3g} FLOP = {t['eval_s_per_item']:.3g} s",
             f"  total             {f['total']:.3g} FLOP",
@@ -423,11 +424,9 @@ def project_cost(
         pilot_reused=True,
     )
     fc = project_feasibility(timings, plan)
-    arms = len(plan.arms)
-    total = arms * (
-        plan.rollout_steps * (work.sampling_flops + work.training_flops)
-        + plan.eval.n_examples * work.eval_flops
-    )
+    units = len(training_units(plan))  # every arm at every seed
+    total = units * plan.rollout_steps * (work.sampling_flops + work.training_flops)
+    total += (units + 1) * plan.eval.n_examples * work.eval_flops  # + the base model's eval
     sharing = (
         f"each group's prompt trained once (prefix trie): {work.training_tokens:.0f} tokens"
         if model.architecture.shares_prefix
@@ -457,7 +456,8 @@ def project_cost(
         problems=list(fc.problems),
         assumptions=[
             f"completions run to max_tokens = {lc} (eval: {e.eval_max_tokens})",
-            f"{upb} updates per batch, {arms} arms one after the other",
+            f"{upb} updates per batch, {units} trained arms ({len(plan.arms)} arms x "
+            f"{units // len(plan.arms)} seed(s)) one after the other, the base model evaluated once",
             f"architecture {model.architecture.name}; training path {work.training_path}",
             f"{sharing} per rollout step",
             f"{rows_per_decode_batch} sequences per decode batch",

@@ -1,10 +1,15 @@
 """Feasibility: project a plan's wall time and GPU-hours from measured per-step timings.
 
     pilot   = pilot_steps * (sample_s + updates_per_batch * train_s)       (treatment arm)
-    train_a = rollout_steps * sample_s + steps * train_s                  (each arm)
-    eval_a  = eval.n_examples * eval_s_per_item                           (each arm)
-    wall    = pilot + sum_a (train_a + eval_a)   (arms one after the other; max_a with parallel arms)
-    gpu_hours = gpus * (pilot + sum_a (train_a + eval_a)) / 3600
+    train_u = rollout_steps * sample_s + steps * train_s                  (each trained unit)
+    eval_u  = eval.n_examples * eval_s_per_item                           (each trained unit)
+    base    = eval.n_examples * eval_s_per_item                 (the initial policy, evaluated once)
+    wall    = pilot + base + sum_u (train_u + eval_u)   (one after the other; max_u when parallel)
+    gpu_hours = gpus * (pilot + base + sum_u (train_u + eval_u)) / 3600
+
+A trained unit is one (arm, seed) pair: with several seeds in `decision_rule.seeds` every arm is
+trained once per seed (`training_units`, the runner's `seed_schedule` names them the same way),
+so a 2-seed plan costs four arms' training and evaluation, not two.
 
 With `pilot_reused` (the runner continues the treatment arm from the pilot's checkpoint) the pilot
 steps are part of that arm's training and are not counted a second time: pilot = 0 in the sums.
@@ -25,8 +30,9 @@ from losslab.checks import Check, PhaseResult
 from losslab.plan import FeasibilityCheck, Plan
 
 PROJECTION_NOTE = (
-    "the pilot's steps count once, inside the treatment arm that continues from them; "
-    "preflights, model loading and the report are not projected"
+    "the pilot's steps count once, inside the treatment arm that continues from them; the base "
+    "model's evaluation and every seed's arms are counted; preflights, model loading and the "
+    "report are not projected"
 )
 
 
@@ -87,8 +93,27 @@ class StepTimings:
         )
 
 
+BASE_EVAL = "eval:base model"
+"""The phase key of the initial policy's evaluation (the runner's `eval_base_model.jsonl`)."""
+
+
+def training_units(plan: Plan) -> list[tuple[str, str, int]]:
+    """(unit, plan arm, seed) of every arm the run trains: the plan's arms at their own seed,
+    and with several `decision_rule.seeds` one per (seed, arm), seed-major; a plan arm keeps its
+    name at its own seed and is `<arm>.seed<s>` at every other one."""
+    seeds = list(dict.fromkeys(plan.decision_rule.seeds))
+    if len(seeds) <= 1:
+        return [(a.name, a.name, a.seed) for a in plan.arms]
+    return [
+        (a.name if s == a.seed else f"{a.name}.seed{s}", a.name, s)
+        for s in seeds
+        for a in plan.arms
+    ]
+
+
 def project_feasibility(timings: StepTimings, plan: Plan) -> FeasibilityCheck:
-    """Project the plan's cost from measured timings and compare it with `plan.budget`."""
+    """Project the plan's cost from measured timings and compare it with `plan.budget`: the
+    pilot, the base model's evaluation and every trained unit (each arm at each seed)."""
     upb = plan.updates_per_batch
     pilot_s = plan.engine.pilot_steps * (timings.sample_s + upb * timings.train_s)
     phases: dict[str, dict[str, float | bool]] = {
@@ -97,21 +122,24 @@ def project_feasibility(timings: StepTimings, plan: Plan) -> FeasibilityCheck:
     if timings.pilot_reused:
         phases["pilot"]["reused_by_treatment_arm"] = True
         pilot_s = 0.0
+    eval_s = plan.eval.n_examples * timings.eval_s_per_item
+    phases[BASE_EVAL] = {"items": plan.eval.n_examples, "seconds": eval_s}
     arm_seconds = []
-    for arm in plan.arms:
+    for unit, _, seed in training_units(plan):
         train_s = plan.rollout_steps * timings.sample_s + plan.steps * timings.train_s
-        eval_s = plan.eval.n_examples * timings.eval_s_per_item
-        phases[f"train:{arm.name}"] = {
+        phases[f"train:{unit}"] = {
+            "seed": seed,
             "rollout_steps": plan.rollout_steps,
             "optim_steps": plan.steps,
             "sample_seconds": plan.rollout_steps * timings.sample_s,
             "train_seconds": plan.steps * timings.train_s,
             "seconds": train_s,
         }
-        phases[f"eval:{arm.name}"] = {"items": plan.eval.n_examples, "seconds": eval_s}
+        phases[f"eval:{unit}"] = {"items": plan.eval.n_examples, "seconds": eval_s}
         arm_seconds.append(train_s + eval_s)
-    busy_s = pilot_s + sum(arm_seconds)
-    wall_s = pilot_s + (max(arm_seconds) if timings.parallel_arms else sum(arm_seconds))
+    fixed_s = pilot_s + eval_s  # the base model is evaluated once, before the arms' checkpoints
+    busy_s = fixed_s + sum(arm_seconds)
+    wall_s = fixed_s + (max(arm_seconds) if timings.parallel_arms else sum(arm_seconds))
     gpu_hours = timings.gpus * busy_s / 3600.0
     problems = []
     budget = plan.budget

@@ -11,6 +11,8 @@ test order: file order.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,22 +41,101 @@ GSM8K_FEWSHOT: list[dict[str, str]] = [
 ]
 
 
+MAX_DATA_FILE_BYTES = 512 * 2**20
+"""Largest data file read (GSM8K's train split is ~4 MB): a bound, so `/dev/zero` or a runaway
+file is refused by its size instead of read until memory runs out."""
+MAX_DATA_LINE_BYTES = 2**20
+"""Longest JSON line read (a GSM8K row is ~1 KB): a longer one is refused naming file:line,
+never handed to the tokenizer (a 50 MB line aborted it)."""
+
+
+def check_data_file(path: Path) -> int:
+    """The size of `path` if it is a regular file within `MAX_DATA_FILE_BYTES`, else ValueError
+    naming it: only regular files are read (a device such as /dev/zero, a FIFO that would block,
+    a socket are refused; a symlink counts as what it points to)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"--data {path}: no such file") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = (
+            "a FIFO"
+            if stat.S_ISFIFO(st.st_mode)
+            else "a device"
+            if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+            else "a socket"
+            if stat.S_ISSOCK(st.st_mode)
+            else "not a regular file"
+        )
+        raise ValueError(f"{path}: is {kind}; only regular data files are read")
+    if st.st_size > MAX_DATA_FILE_BYTES:
+        raise ValueError(
+            f"{path}: {st.st_size} bytes, more than the {MAX_DATA_FILE_BYTES} a data file may "
+            "hold (losslab.tasks.gsm8k.MAX_DATA_FILE_BYTES)"
+        )
+    return st.st_size
+
+
+def _bad_unicode(value: Any, where: str = "$") -> str | None:
+    """The JSON path of the first string (key or value) that is not valid Unicode text (a lone
+    surrogate such as "\\ud800", which JSON allows and UTF-8 cannot encode), else None."""
+    stack: list[tuple[Any, str]] = [(value, where)]
+    while stack:
+        node, at = stack.pop()
+        if isinstance(node, str):
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError:
+                return at
+        elif isinstance(node, dict):
+            for k, v in node.items():
+                stack.append((k, f"{at} (a key)"))
+                stack.append((v, f"{at}.{k}"))
+        elif isinstance(node, list):
+            stack.extend((v, f"{at}[{i}]") for i, v in enumerate(node))
+    return None
+
+
+def _read_jsonl_rows(path: Path) -> list[tuple[str, Any]]:
+    """(file:line, row) of each JSON line, each line bounded by `MAX_DATA_LINE_BYTES` and its
+    strings checked to be valid Unicode."""
+    rows = []
+    with open(path, "rb") as f:
+        lineno = 0
+        while True:
+            raw = f.readline(MAX_DATA_LINE_BYTES + 1)
+            if not raw:
+                return rows
+            lineno += 1
+            if len(raw) > MAX_DATA_LINE_BYTES:
+                raise ValueError(
+                    f"{path}:{lineno}: the line is longer than {MAX_DATA_LINE_BYTES} bytes "
+                    "(losslab.tasks.gsm8k.MAX_DATA_LINE_BYTES); a data row is one problem"
+                )
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{path}:{lineno}: not UTF-8 text ({e.reason})") from None
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except (json.JSONDecodeError, RecursionError) as e:
+                raise ValueError(f"{path}:{lineno}: not valid JSON ({e})") from None
+            bad = _bad_unicode(row)
+            if bad is not None:
+                raise ValueError(
+                    f"{path}:{lineno}: {bad} is not valid Unicode text (a lone surrogate escape "
+                    "such as \\ud800); fix or remove the row"
+                )
+            rows.append((f"{path}:{lineno}", row))
+
+
 def _read_rows(path: Path) -> list[tuple[str, Any]]:
     """(where, row) of each data row: `file:line` for JSON lines, `file row N` for parquet."""
+    check_data_file(path)
     if path.suffix == ".jsonl":
-        rows = []
-        try:
-            with path.open(encoding="utf-8") as f:
-                for lineno, line in enumerate(f, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        rows.append((f"{path}:{lineno}", json.loads(line)))
-                    except (json.JSONDecodeError, RecursionError) as e:
-                        raise ValueError(f"{path}:{lineno}: not valid JSON ({e})") from None
-        except UnicodeDecodeError as e:
-            raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-        return rows
+        return _read_jsonl_rows(path)
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
@@ -122,7 +203,7 @@ def load_gsm8k_rows(split: str, data: str | Path | None = None) -> list[dict[str
         path = Path(data)
         if path.is_dir():
             path = _find_split_file(path, split)
-        elif not path.is_file():
+        elif not os.path.exists(path):
             raise FileNotFoundError(f"--data {path}: no such file or folder")
         located = _read_rows(path)
         _raise_row_problems(split, located)

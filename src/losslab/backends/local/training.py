@@ -46,6 +46,7 @@ from losslab.backends.datums import (
 )
 from losslab.backends.futures import CompletedFuture, client_future, run_eagerly
 from losslab.backends.local.builtin_losses import LOCAL_BUILTINS, local_builtin_loss
+from losslab.backends.local.determinism import deterministic_kernels
 from losslab.backends.local.linear_attention import (
     kernel_report,
     kernels_for,
@@ -355,7 +356,7 @@ class LocalTrainingClient(TrainingClientSurface):
             config = check_builtin(loss_fn, batch, loss_fn_config)
             batch = [tinker_visible(d, loss_fn) for d in batch]
             total, lp_all = 0.0, [torch.empty(0)] * len(batch)
-            with self._lock:
+            with self._lock, deterministic_kernels(self._device):
                 for idx in self._microbatches(batch):
                     chunk = [batch[i] for i in idx]
                     lp_D = [lp.float().cpu() for lp in self._logprobs(chunk)]
@@ -408,7 +409,7 @@ class LocalTrainingClient(TrainingClientSurface):
             fn = handle_as_callable(loss_fn, batch, getattr(self._service, "_session_id", None))
             if not callable(fn):
                 raise ValueError(f"loss_fn must be callable, got {type(loss_fn).__name__}")
-            with self._lock:
+            with self._lock, deterministic_kernels(self._device):
                 fused = len(self._microbatches(batch)) == 1
                 if fused:
                     lp_D = [lp.float().cpu() for lp in self._logprobs(batch)]

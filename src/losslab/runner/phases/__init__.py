@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from losslab.runner.phases import (
     arms,
+    audit,
     decision,
+    dispatch,
     evaluation,
     feasibility,
     gate,
@@ -28,11 +30,13 @@ PHASES: tuple[Phase, ...] = check_table(
     (
         Phase("preflight", preflight.run, artifact="preflight.json"),
         Phase("restoration", restoration.run, artifact="restoration.json"),
-        Phase("pilot", pilot.run),
+        Phase("dispatch", dispatch.run, artifact="dispatch.json"),
+        Phase("pilot", pilot.run, outputs=pilot.outputs),
         Phase("feasibility", feasibility.run, needs=("pilot",), artifact="feasibility.json"),
         Phase("gate", gate.run, needs=("pilot",), artifact="pilot/gate.json"),
         Phase("arms", arms.run, needs=("pilot",)),
         Phase("evaluation", evaluation.run, needs=("arms",), outputs=evaluation.outputs),
+        Phase("audit", audit.run, needs=("evaluation",), artifact="generation_audit.json"),
         Phase("decision", decision.run, needs=("evaluation",), artifact="verdict.json"),
     )
 )
