@@ -376,6 +376,24 @@ def _md(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _source_text(row: Mapping[str, Any]) -> str:
+    """The row's provenance in a few words (the JSON keeps the full line)."""
+    repo_commit = row["revision"].split(":", 1)[0]
+    repo, commit = repo_commit.split("@")
+    if row["executed"]:
+        return f"executed pinned source {repo}@{commit[:8]}"
+    if row["provenance"].startswith("documented formula"):
+        return row["provenance"]
+    return f"losslab re-derivation of {repo}@{commit[:8]} (no fetchable commit)"
+
+
+def _category(reason: str) -> str:
+    head = reason.split(":", 1)[0]
+    if reason.startswith("losslab's registry has no"):
+        return "no losslab loss"
+    return head if len(head) < 24 else "other"
+
+
 def render_markdown(result: Mapping[str, Any]) -> str:
     """The atlas as docs/atlas.md: one table per loss family (the file is generated: edit the
     adapters or the fixtures, then rerun `losslab atlas --markdown docs/atlas.md`)."""
@@ -409,6 +427,13 @@ def render_markdown(result: Mapping[str, Any]) -> str:
         + f". torch {result['torch']}.",
         "",
     ]
+    counts: dict[str, list[str]] = {}
+    for r in result["rows"]:
+        if r["reason"]:
+            counts.setdefault(_category(r["reason"]), []).append(r["name"])
+    lines += ["Named reasons by kind:", ""]
+    lines += [f"* {kind} ({len(names)}): {', '.join(names)}" for kind, names in counts.items()]
+    lines.append("")
     for family, meaning in result["families"].items():
         lines += [
             f"## {family}",
@@ -426,7 +451,7 @@ def render_markdown(result: Mapping[str, Any]) -> str:
             config = f"`{_md(lab['spec'])}`" if lab else "none"
             reason = r["reason"] or "equal"
             lines.append(
-                f"| {r['name']} (`{r['function']}`) | {_md(r['provenance'])} | "
+                f"| {r['name']} (`{r['function']}`) | {_md(_source_text(r))} | "
                 f"{_md(r['normaliser'])} | {config} | {_cell_text(r['cells'].get('set_a'))} | "
                 f"{_cell_text(r['cells'].get('stress'))} | {_md(reason)} |"
             )

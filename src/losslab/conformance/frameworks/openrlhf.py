@@ -90,6 +90,7 @@ def losslab_config(ref: Any, fixture: Any = None) -> LosslabConfig:
             return LosslabConfig(None, reason="GSPO with the vLLM ratio: no losslab knob")
         params = {
             "level": "sequence",  # OpenRLHF's s_d is differentiated through the mean
+            "log_ratio_guard": "none",  # a plain exp of the mean log-ratio
             "epsilon_low": p["clip_eps_low"],
             "epsilon_high": p["clip_eps_high"],
             "zero_adv": "keep",

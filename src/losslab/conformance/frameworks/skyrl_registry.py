@@ -174,6 +174,7 @@ def losslab_config(ref: Any, fixture: Any = None) -> LosslabConfig:
         # SkyRL gspo is GSPO-token: s_t = sg(s_d) * e^(l - sg l), clipped per token
         params = {
             "level": "token",
+            "log_ratio_guard": "verl",  # torch.clamp(log s, max=10): no gradient beyond
             "epsilon_low": p["eps_clip_low"],
             "epsilon_high": p["eps_clip_high"],
             "zero_adv": "keep",
