@@ -186,7 +186,7 @@ def run_row(
 
     ref = resolve_reference(parse_revision(text))
     fw = ref.framework
-    refs, cells, named = {}, {}, ""
+    refs, cells, named, params_by_fixture = {}, {}, "", {}
     config: LosslabConfig | None = None
     prov: dict[str, Any] = {}
     for fx_name, fx in fixtures.items():
@@ -196,6 +196,7 @@ def run_row(
         refs[fx_name] = {"loss": float(res.loss), "grad_D": [_encode(g) for g in res.grad_D]}
         config = fw.losslab_config(ref, fx)
         if config.loss is not None:
+            params_by_fixture[fx_name] = config.params  # a count may depend on the fixture
             ours = losslab_side(config, fx)
             cells[fx_name] = row_cell({"loss": res.loss, "grad_D": res.grad_D}, ours, fx)
             if not (cells[fx_name]["value_agrees"] and cells[fx_name]["gradient_agrees"]):
@@ -222,6 +223,7 @@ def run_row(
             "loss": config.loss,
             "params": config.params,
             "value_params": config.value_params,
+            "params_by_fixture": params_by_fixture,
             "spec": config.spec,
         },
         "reason": _reason(config, cells, named),
@@ -302,9 +304,10 @@ def recheck_row(row: Mapping[str, Any], fixtures: Mapping[str, Fixture]) -> dict
     """A row's cells recomputed offline: losslab's configuration run again and compared with the
     reference numbers the row holds."""
     lab = row["losslab"]
-    config = LosslabConfig(lab["loss"], dict(lab["params"]), dict(lab["value_params"]))
     cells = {}
     for fx_name, fx in fixtures.items():
+        params = lab.get("params_by_fixture", {}).get(fx_name, lab["params"])
+        config = LosslabConfig(lab["loss"], dict(params), dict(lab["value_params"]))
         stored = row["reference"][fx_name]
         reference = {"loss": stored["loss"], "grad_D": [decode(g) for g in stored["grad_D"]]}
         cells[fx_name] = row_cell(reference, losslab_side(config, fx), fx)

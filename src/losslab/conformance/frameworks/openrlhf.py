@@ -180,12 +180,13 @@ FRAMEWORK = Framework(
         "openrlhf_gspo": _example(
             "policy_loss_type='gspo', clip_eps_low=0.0003, clip_eps_high=0.0004"
         ),
+        # bounds that bind on the fixtures' old/rollout ratios (old = sampler + N(0, 0.3))
         "openrlhf_tis": _example(
-            "enable_vllm_is_correction=True, vllm_is_truncated_threshold=[0.0, 2.0], "
+            "enable_vllm_is_correction=True, vllm_is_truncated_threshold=[0.5, 1.5], "
             "vllm_is_correction_type='tis'"
         ),
         "openrlhf_icepop": _example(
-            "enable_vllm_is_correction=True, vllm_is_truncated_threshold=[0.5, 5.0], "
+            "enable_vllm_is_correction=True, vllm_is_truncated_threshold=[0.8, 1.25], "
             "vllm_is_correction_type='icepop'"
         ),
     },

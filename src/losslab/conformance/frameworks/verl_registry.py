@@ -186,10 +186,12 @@ def losslab_config(ref: Any, fixture: Any = None) -> LosslabConfig:
         if p["loss_agg_mode"] == "seq-mean-token-sum-norm":
             # verl's Dr. GRPO: (1/G) sum_d sum_t L / C, C = loss_scale_factor or the padded
             # width (here the longest full row, prompt included), so norm_constant = G * C
+            info = p["global_batch_info"]
             live = [s for s in fixture.sequences if s.loss_mask.any()] if fixture else []
-            width = max(fixture.lengths) if fixture is not None else 1
-            params["norm_constant"] = float(len(live) * width)
-            notes += ("verl divides by G * padded width: norm_constant = G * W",)
+            groups = info.get("global_batch_size") or len(live)
+            width = info.get("loss_scale_factor") or (max(fixture.lengths) if fixture else 1)
+            params["norm_constant"] = float(groups * width)
+            notes += ("verl divides by G * C (C = loss_scale_factor or the padded width)",)
         return LosslabConfig("dual_clip_ppo", params, {}, notes)
     if mode == "gspo":
         # verl gspo is GSPO-token: s_t = sg(s_d) * e^(l - sg l), clipped per token
@@ -291,8 +293,11 @@ FRAMEWORK = Framework(
             "clip_ratio_low=0.2, clip_ratio_high=0.28, global_batch_info={'dp_size': 1}",
         ),
         # verl's Dr. GRPO: seq-mean-token-sum-norm, C = the padded width
+        # with a fixed G = 16 and C = 128 (Dr. GRPO's constant, verl's loss_scale_factor)
         "verl_dr_grpo": _example(
-            "compute_policy_loss_vanilla", "loss_agg_mode='seq-mean-token-sum-norm'"
+            "compute_policy_loss_vanilla",
+            "loss_agg_mode='seq-mean-token-sum-norm', global_batch_info={'dp_size': 1, "
+            "'global_batch_size': 16, 'loss_scale_factor': 128}",
         ),
         "verl_gspo": _example(
             "compute_policy_loss_gspo", "clip_ratio_low=0.0003, clip_ratio_high=0.0004"
