@@ -69,6 +69,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 
 def test_registry_has_the_registered_frameworks() -> None:
     assert set(registry()) == {
+        "openrlhf",
         "stable_rl",
         "verl",
         "verl_registry",

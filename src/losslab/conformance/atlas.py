@@ -186,7 +186,7 @@ def run_row(
 
     ref = resolve_reference(parse_revision(text))
     fw = ref.framework
-    refs, cells, named = {}, {}, ""
+    refs, cells, named, params_by_fixture = {}, {}, "", {}
     config: LosslabConfig | None = None
     prov: dict[str, Any] = {}
     for fx_name, fx in fixtures.items():
@@ -196,6 +196,7 @@ def run_row(
         refs[fx_name] = {"loss": float(res.loss), "grad_D": [_encode(g) for g in res.grad_D]}
         config = fw.losslab_config(ref, fx)
         if config.loss is not None:
+            params_by_fixture[fx_name] = config.params  # a count may depend on the fixture
             ours = losslab_side(config, fx)
             cells[fx_name] = row_cell({"loss": res.loss, "grad_D": res.grad_D}, ours, fx)
             if not (cells[fx_name]["value_agrees"] and cells[fx_name]["gradient_agrees"]):
@@ -222,6 +223,7 @@ def run_row(
             "loss": config.loss,
             "params": config.params,
             "value_params": config.value_params,
+            "params_by_fixture": params_by_fixture,
             "spec": config.spec,
         },
         "reason": _reason(config, cells, named),
@@ -302,9 +304,10 @@ def recheck_row(row: Mapping[str, Any], fixtures: Mapping[str, Fixture]) -> dict
     """A row's cells recomputed offline: losslab's configuration run again and compared with the
     reference numbers the row holds."""
     lab = row["losslab"]
-    config = LosslabConfig(lab["loss"], dict(lab["params"]), dict(lab["value_params"]))
     cells = {}
     for fx_name, fx in fixtures.items():
+        params = lab.get("params_by_fixture", {}).get(fx_name, lab["params"])
+        config = LosslabConfig(lab["loss"], dict(params), dict(lab["value_params"]))
         stored = row["reference"][fx_name]
         reference = {"loss": stored["loss"], "grad_D": [decode(g) for g in stored["grad_D"]]}
         cells[fx_name] = row_cell(reference, losslab_side(config, fx), fx)
@@ -376,6 +379,24 @@ def _md(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _source_text(row: Mapping[str, Any]) -> str:
+    """The row's provenance in a few words (the JSON keeps the full line)."""
+    repo_commit = row["revision"].split(":", 1)[0]
+    repo, commit = repo_commit.split("@")
+    if row["executed"]:
+        return f"executed pinned source {repo}@{commit[:8]}"
+    if row["provenance"].startswith("documented formula"):
+        return row["provenance"]
+    return f"losslab re-derivation of {repo}@{commit[:8]} (no fetchable commit)"
+
+
+def _category(reason: str) -> str:
+    head = reason.split(":", 1)[0]
+    if reason.startswith("losslab's registry has no"):
+        return "no losslab loss"
+    return head if len(head) < 24 else "other"
+
+
 def render_markdown(result: Mapping[str, Any]) -> str:
     """The atlas as docs/atlas.md: one table per loss family (the file is generated: edit the
     adapters or the fixtures, then rerun `losslab atlas --markdown docs/atlas.md`)."""
@@ -409,6 +430,13 @@ def render_markdown(result: Mapping[str, Any]) -> str:
         + f". torch {result['torch']}.",
         "",
     ]
+    counts: dict[str, list[str]] = {}
+    for r in result["rows"]:
+        if r["reason"]:
+            counts.setdefault(_category(r["reason"]), []).append(r["name"])
+    lines += ["Named reasons by kind:", ""]
+    lines += [f"* {kind} ({len(names)}): {', '.join(names)}" for kind, names in counts.items()]
+    lines.append("")
     for family, meaning in result["families"].items():
         lines += [
             f"## {family}",
@@ -426,7 +454,7 @@ def render_markdown(result: Mapping[str, Any]) -> str:
             config = f"`{_md(lab['spec'])}`" if lab else "none"
             reason = r["reason"] or "equal"
             lines.append(
-                f"| {r['name']} (`{r['function']}`) | {_md(r['provenance'])} | "
+                f"| {r['name']} (`{r['function']}`) | {_md(_source_text(r))} | "
                 f"{_md(r['normaliser'])} | {config} | {_cell_text(r['cells'].get('set_a'))} | "
                 f"{_cell_text(r['cells'].get('stress'))} | {_md(reason)} |"
             )

@@ -2,7 +2,9 @@
 
 When a preflight check fails, `classify` re-runs our loss with one known convention alternative
 at a time (IS cap, thresholds, mask anchor, weight anchor, log-ratio guard, zero-advantage
-branch, value form, reduction, prime-rl's KL term, and the sign) and keeps those under which
+branch, value form, reduction, prime-rl's KL term and its absence, the sign, and the knobs of
+the field losses: GSPO level and guard, CISPO's epsilon meaning, Dr. GRPO's constant, the dual
+clip, rollout correction's mode, cap and lower bound, IcePop's bounds) and keeps those under which
 BOTH the value and the gradient check pass, e.g. "matches if clip_ratio_c = 3.0 (verl and
 Stable-RL ActorConfig default)". The alternatives and where each convention comes from are
 the team notes' (dppo_implementations.md §2.3); nothing is fitted.
@@ -21,7 +23,7 @@ from losslab.conformance.ours import run_ours
 
 # (parameter, value, where the convention comes from)
 ALTERNATIVES: tuple[tuple[str, Any, str], ...] = (
-    ("clip_ratio_c", 3.0, "verl and Stable-RL ActorConfig default"),
+    ("clip_ratio_c", 3.0, "verl and Stable-RL ActorConfig default (dual clip: SkyRL's too)"),
     ("clip_ratio_c", 10.0, "Stable-RL code fallback"),
     ("clip_ratio_c", 20.0, "verl dppo_tv code fallback"),
     ("clip_ratio_c", 1e4, "verl DPPO example script"),
@@ -53,6 +55,22 @@ ALTERNATIVES: tuple[tuple[str, Any, str], ...] = (
     ("clip_low_threshold", 0.8, "Tinker/Spindle ppo default (eps 0.2)"),
     ("clip_high_threshold", 1.2, "Tinker/Spindle ppo default (eps 0.2)"),
     ("clip_high_threshold", 1.28, "DAPO clip-higher (eps_high 0.28)"),
+    ("level", "token", "GSPO-token / token-level correction (verl, SkyRL gspo)"),
+    ("level", "sequence", "sequence-level ratio (TRL importance_sampling_level='sequence')"),
+    ("epsilon_meaning", "absolute_cap", "CISPO eps_high an absolute cap (TRL)"),
+    ("epsilon_meaning", "one_plus_eps", "CISPO clip to [1 - eps, 1 + eps] (slime, AReaL, Miles)"),
+    ("constant", "max_completion_length", "Dr. GRPO C = max_completion_length (TRL)"),
+    ("constant", "max_seq_len", "Dr. GRPO C = max_seq_len, prompt included (SkyRL)"),
+    ("constant", "padded_width", "Dr. GRPO C = the padded width (verl)"),
+    ("log_ratio_guard", "verl", "verl/SkyRL GSPO: torch.clamp(log s, max=10), no gradient past"),
+    ("cap", 2.0, "token TIS cap (SkyRL token_tis_ratio_clip_high, OpenRLHF example)"),
+    ("cap", 5.0, "sequence TIS cap (SkyRL sequence_tis_ratio_clip_high)"),
+    ("lower", 0.0, "one-sided TIS (no lower bound)"),
+    ("mode", "truncate", "rollout correction: truncate the weight (TIS)"),
+    ("mode", "mask", "rollout correction: mask the token (MIS)"),
+    ("low", 0.5, "IcePop lower bound (rllm, AReaL)"),
+    ("low", 0.2, "IcePop lower bound (prime-rl)"),
+    ("high", 5.0, "IcePop upper bound"),
     ("sign", -1.0, "the loss negated (a sign error on one side)"),
 )
 

@@ -34,10 +34,18 @@ LOSS_FAMILIES: dict[str, str] = {
     "ppo_clip": "PPO's clipped-ratio objective (and mask-form ablations of it)",
     "dual_clip": "dual-clip PPO: the clipped objective with the loss of A < 0 tokens capped "
     "at -A*c (Ye et al. 2019, arXiv 1912.09729)",
+    "dapo": "DAPO: PPO's clipped objective with Clip-Higher (eps_high > eps_low) and the "
+    "token-level mean over the batch (arXiv 2503.14476)",
+    "dr_grpo": "Dr. GRPO: PPO's clipped objective over a constant length instead of each "
+    "response's (arXiv 2503.20783)",
     "gspo": "GSPO: a sequence-level (length-normalised) importance ratio, clipped per "
     "sequence (arXiv 2507.18071)",
     "sapo": "SAPO: a soft sigmoid gate on the ratio instead of a hard clip (arXiv 2511.20347)",
     "gmpo": "GMPO: the geometric mean of the clipped token ratios (arXiv 2507.20673)",
+    "icepop": "IcePop: tokens whose rollout-vs-trainer ratio leaves [low, high] are masked "
+    "(Ring-1T, arXiv 2510.18855)",
+    "rollout_correction": "truncated / masked importance sampling of the trainer-vs-rollout "
+    "ratio (TIS/MIS, token or sequence level)",
     "clip_cov": "Clip-Cov: the gradient of a few high-covariance tokens detached "
     "(arXiv 2505.22617)",
     "kl_cov": "KL-Cov: a KL penalty on a few high-covariance tokens (arXiv 2505.22617)",

@@ -165,17 +165,22 @@ def losslab_config(ref: Any, fixture: Any = None) -> LosslabConfig:
         params = {
             "clip_low_threshold": low,
             "clip_high_threshold": high,
-            "surrogate": "clipped",
+            "clip_ratio_c": p["clip_ratio_c"],
             "zero_adv": "keep",
             "reduction": "sum",
         }
-        return LosslabConfig(
-            "ppo",
-            params,
-            {},
-            reason=f"dual clip: SkyRL caps the loss at -A*{p['clip_ratio_c']:g} for A < 0 "
-            "(no gradient past r = c); losslab's ppo has no dual clip",
-        )
+        return LosslabConfig("dual_clip_ppo", params, {})
+    if kind == "gspo":
+        # SkyRL gspo is GSPO-token: s_t = sg(s_d) * e^(l - sg l), clipped per token
+        params = {
+            "level": "token",
+            "log_ratio_guard": "verl",  # torch.clamp(log s, max=10): no gradient beyond
+            "epsilon_low": p["eps_clip_low"],
+            "epsilon_high": p["eps_clip_high"],
+            "zero_adv": "keep",
+            "reduction": "sum",
+        }
+        return LosslabConfig("gspo", params, {})
     return LosslabConfig(
         None, reason=f"losslab's registry has no {ref.loss_family} loss (SkyRL {kind})"
     )

@@ -16,6 +16,7 @@ Tinker convention); GSPO and SAPO always reduce seq-mean-token-mean, whatever
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from losslab.conformance.frameworks.base import (
@@ -49,7 +50,7 @@ POLICY_LOSS_KEYS = (
     "ppo_kl_coef",
     "dro_beta",
 )
-KEYS = (*ACTOR_KEYS, *POLICY_LOSS_KEYS, "bypass_mode")
+KEYS = (*ACTOR_KEYS, *POLICY_LOSS_KEYS, "bypass_mode", "global_batch_info")
 # registered function -> (verl loss_mode, losslab loss family)
 FUNCTIONS: dict[str, tuple[str, str]] = {
     "compute_policy_loss_vanilla": ("vanilla", "dual_clip"),
@@ -84,6 +85,17 @@ def read_defaults(files: Any) -> dict[str, Any]:
     loss_cfg = class_defaults(files, CONFIG_PATH, "PolicyLossConfig", None)
     out.update({k: loss_cfg.get(k) for k in POLICY_LOSS_KEYS})
     return out
+
+
+def _vanilla_family(config: Mapping[str, Any], info: Mapping[str, Any]) -> str:
+    """verl's `vanilla` is always dual-clip PPO; with the Dr. GRPO aggregation it is verl's
+    Dr. GRPO, and with Clip-Higher over a real token mean it is the DAPO recipe's loss."""
+    if config["loss_agg_mode"] == "seq-mean-token-sum-norm":
+        return "dr_grpo"
+    token_mean = config["loss_agg_mode"] == "token-mean" and info.get("batch_num_tokens") != 1
+    if token_mean and config["clip_ratio_high"] > config["clip_ratio_low"]:
+        return "dapo"
+    return "dual_clip"
 
 
 def resolve(revision: Revision, defaults: dict[str, Any], origin: str) -> Resolution:
@@ -123,11 +135,19 @@ def resolve(revision: Revision, defaults: dict[str, Any], origin: str) -> Resolu
         raise RevisionError(
             f"revision {revision.text!r}: bypass_mode = {bypass!r}; expected True/False"
         )
-    info = dict(TINKER_SUM_BATCH_INFO) if config["loss_agg_mode"] == "token-mean" else {}
+    info = kw.get("global_batch_info")
+    if info is None:
+        info = dict(TINKER_SUM_BATCH_INFO) if config["loss_agg_mode"] == "token-mean" else {}
+    if not isinstance(info, Mapping):
+        raise RevisionError(
+            f"revision {revision.text!r}: global_batch_info = {info!r}; expected a dict"
+        )
+    if mode == "vanilla":
+        family = _vanilla_family(config, info)
     params = {
         "loss_mode": mode,
         **config,
-        "global_batch_info": info,
+        "global_batch_info": dict(info),
         "bypass_mode": bypass,
     }
     return Resolution(params, family, tuple(notes))
@@ -158,17 +178,32 @@ def losslab_config(ref: Any, fixture: Any = None) -> LosslabConfig:
         params = {
             "clip_low_threshold": low,
             "clip_high_threshold": high,
-            "surrogate": "clipped",
+            "clip_ratio_c": p["clip_ratio_c"],
             "zero_adv": "keep",
             **red,
         }
-        return LosslabConfig(
-            "ppo",
-            params,
-            {},
-            reason=f"dual clip: verl caps the loss at -A*{p['clip_ratio_c']:g} for A < 0 "
-            "(no gradient past r = c) and clamps log r to [-20, 20]; losslab's ppo has neither",
-        )
+        notes = ("verl vanilla is dual-clip PPO (c = clip_ratio_c) under every aggregation",)
+        if p["loss_agg_mode"] == "seq-mean-token-sum-norm":
+            # verl's Dr. GRPO: (1/G) sum_d sum_t L / C, C = loss_scale_factor or the padded
+            # width (here the longest full row, prompt included), so norm_constant = G * C
+            info = p["global_batch_info"]
+            live = [s for s in fixture.sequences if s.loss_mask.any()] if fixture else []
+            groups = info.get("global_batch_size") or len(live)
+            width = info.get("loss_scale_factor") or (max(fixture.lengths) if fixture else 1)
+            params["norm_constant"] = float(groups * width)
+            notes += ("verl divides by G * C (C = loss_scale_factor or the padded width)",)
+        return LosslabConfig("dual_clip_ppo", params, {}, notes)
+    if mode == "gspo":
+        # verl gspo is GSPO-token: s_t = sg(s_d) * e^(l - sg l), clipped per token
+        params = {
+            "level": "token",
+            "log_ratio_guard": "verl",  # torch.clamp(log s, max=10): no gradient beyond
+            "epsilon_low": p["clip_ratio_low"],
+            "epsilon_high": p["clip_ratio_high"],
+            "zero_adv": "keep",
+            **red,
+        }
+        return LosslabConfig("gspo", params, {})
     return LosslabConfig(
         None, reason=f"losslab's registry has no {ref.loss_family} loss (verl {mode})"
     )
@@ -240,7 +275,7 @@ FRAMEWORK = Framework(
     name="verl_registry",
     repo=REPO,
     functions=tuple(FUNCTIONS),
-    families=tuple(sorted({family for _, family in FUNCTIONS.values()})),
+    families=tuple(sorted({family for _, family in FUNCTIONS.values()} | {"dapo", "dr_grpo"})),
     resolve=resolve,
     call_reference=call_reference,
     losslab_config=losslab_config,
@@ -252,6 +287,18 @@ FRAMEWORK = Framework(
     stub_names=("ActorConfig", "AlgoConfig", "DictConfig"),
     example_revisions={
         "verl_vanilla": _example("compute_policy_loss_vanilla"),
+        # the DAPO recipe's loss: Clip-Higher 0.2/0.28 over verl's real token-mean
+        "verl_dapo": _example(
+            "compute_policy_loss_vanilla",
+            "clip_ratio_low=0.2, clip_ratio_high=0.28, global_batch_info={'dp_size': 1}",
+        ),
+        # verl's Dr. GRPO: seq-mean-token-sum-norm, C = the padded width
+        # with a fixed G = 16 and C = 128 (Dr. GRPO's constant, verl's loss_scale_factor)
+        "verl_dr_grpo": _example(
+            "compute_policy_loss_vanilla",
+            "loss_agg_mode='seq-mean-token-sum-norm', global_batch_info={'dp_size': 1, "
+            "'global_batch_size': 16, 'loss_scale_factor': 128}",
+        ),
         "verl_gspo": _example(
             "compute_policy_loss_gspo", "clip_ratio_low=0.0003, clip_ratio_high=0.0004"
         ),
