@@ -204,6 +204,19 @@ class DefaultComponents:
             "eval_probe_items": len(items),
         }
 
+    def evaluate_subset(
+        self, arm: str, trainer: BackendArmTrainer, n_items: int
+    ) -> list[dict[str, Any]]:
+        return [asdict(i) for i in self._greedy_eval(trainer, n_items)]
+
+    @property
+    def efficiency(self) -> tuple[int, int] | None:
+        """(every k rollout steps, items) of the efficiency endpoint, or None when it is off."""
+        e = self.plan.engine
+        if e.eval_every is None:
+            return None
+        return e.eval_every, min(e.eval_every_items, self.plan.eval.n_examples)
+
     def evaluate(self, arm: str, trainer: BackendArmTrainer) -> PhaseResult:
         items = self._greedy_eval(trainer, self.plan.eval.n_examples)
         return evaluation_result([asdict(i) for i in items])
