@@ -375,7 +375,8 @@ class EngineSettings(PlanModel):
     price_table: str | None = None
     """A JSON price table (the form of `losslab/stats/tinker_prices.json`: date, source, USD per
     million prefill / sample / train tokens by model) for the Tinker cost; `None` uses the
-    bundled, dated one. `plan show --prices` overrides both."""
+    bundled, dated one; a relative path is read from the plan file's folder. `plan show
+    --prices` overrides both."""
     local_base_model: str | None = None
     """Model a backend that embeds its model (`Backend.executes_local_base_model`, e.g. the local
     CPU backend) runs instead of `base_model`, e.g. a small GGUF/HF model; the gate's

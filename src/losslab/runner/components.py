@@ -35,7 +35,7 @@ from losslab.runner.errors import BackendUnavailable, DataError, RunError, Unsup
 from losslab.runner.protocols import Phase
 from losslab.runner.trainer import BackendArmTrainer, TrainOrder, arm_config, seed_schedule
 from losslab.stats.cost import cost_vs_pilot, plan_cost
-from losslab.stats.tinker_cost import load_price_table, tinker_cost
+from losslab.stats.tinker_cost import load_price_table, plan_price_table, tinker_cost
 from losslab.tasks import make_task
 
 EVAL_PROBE_ITEMS = 32
@@ -83,7 +83,8 @@ class DefaultComponents:
         self._train_orders: dict[int, list[Any]] = {}
         self.schedule = seed_schedule(self.plan)
         try:  # the Tinker price table is read now: a bad one is refused before any write
-            self._prices = load_price_table(self.plan.engine.price_table)
+            table = plan_price_table(self.plan.engine.price_table, self.plan_file)
+            self._prices = load_price_table(table)
         except ValueError as e:
             raise UnsupportedPlan(f"plan engine.price_table: {e}") from e
         if self.data is not None or not self._task_needs_hub:
