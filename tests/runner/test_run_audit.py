@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from losslab.report import build_report
 from losslab.runner import RunInterrupted, run_plan
 
 from ._fake_components import N_EVAL, factory, write_fake_plan
@@ -54,6 +55,10 @@ def test_interrupted_run_records_why_and_where(tmp_path: Path) -> None:
     stop = json.loads((run / "manifest.json").read_text())["stop"]
     assert stop["kind"] == "interrupted" and stop["phase"] == "arms"
     assert "--resume" in stop["reason"]
+    # an interrupt writes the manifest only (a SIGTERM's grace is short); `losslab report`
+    # builds the report that names the stop
+    assert not (run / "report.json").exists()
+    build_report(run)
     facts = _facts(run)
     assert facts["status"]["stop"] == stop
     what = {e["what"]: e["detail"] for e in facts["not_done"]}

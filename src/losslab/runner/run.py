@@ -182,7 +182,9 @@ def _run_in(
     except KeyboardInterrupt as e:
         what = interrupt_name(e)
         _log_quietly(console, f"{what}; the run directory is resumable: {resume_hint}")
-        _record_stop(runner, "interrupted", f"{what}; resumable: {resume_hint}")
+        # manifest only: a scheduler's SIGTERM grace is short, and `losslab report` (or the
+        # resumed run) builds the report that names this stop
+        _record_stop(runner, "interrupted", f"{what}; resumable: {resume_hint}", report=False)
         raise RunInterrupted(f"{what}. Continue with: {resume_hint}", interrupt_exit_code(e)) from e
     except OSError as e:
         if e.errno == errno.ENOSPC:
