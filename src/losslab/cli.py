@@ -96,7 +96,7 @@ def plan_show(
     from losslab.plan import check_plan_file, plan_summary
     from losslab.stats.cost import plan_cost, unmeasured_prompt_bound
     from losslab.stats.power import power_lines
-    from losslab.stats.tinker_cost import load_price_table, tinker_cost
+    from losslab.stats.tinker_cost import load_price_table, plan_price_table, tinker_cost
 
     result = check_plan_file(plan_file)
     if result.plan is None:
@@ -106,7 +106,7 @@ def plan_show(
     typer.echo(plan_summary(result.plan, decision_notes=power_lines(result.plan)))
     plan = result.plan
     try:
-        table = load_price_table(prices or plan.engine.price_table)
+        table = load_price_table(prices or plan_price_table(plan.engine.price_table, plan_file))
     except ValueError as exc:
         option = "--prices" if prices else "engine.price_table"
         typer.echo(f"error: {option}: {exc}", err=True)

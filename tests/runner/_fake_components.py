@@ -81,6 +81,7 @@ class FakeTrainer:
             "loss/clip_fraction": 0.1,
             "dppo/mask_fraction": 0.05,
             "policy/drift_vs_sampler_q90": 0.01 * (step + 1),  # the engine's cross-loss key
+            "tokens/completion_total": 100.0,  # the efficiency curve's x: 100 tokens a step
         }
 
     @property
@@ -196,24 +197,7 @@ class FakeComponents:
         self.calls["evaluate"] += 1
         if self.calls["evaluate"] == self.interrupt_eval_at:
             raise KeyboardInterrupt
-        g = torch.Generator().manual_seed(123)  # the same items for every arm
-        x = torch.randn(N_EVAL, 4, generator=g)
-        with torch.no_grad():
-            pred = trainer.model(x).squeeze(1)
-            err = (pred - x.sum(dim=1)).abs()
-        rows = [
-            {
-                "id": f"item{i}",
-                "question": f"what is the sum of the 4 inputs of item {i}?",
-                "answer": f"{float(x[i].sum()):.3f}",
-                "completion": f"the sum is {float(pred[i]):.3f}",
-                "prediction": f"{float(pred[i]):.3f}",
-                "correct": bool(e < 1.0),
-                "error": float(e),
-            }
-            for i, e in enumerate(err)
-        ]
-        return evaluation_result(rows)
+        return evaluation_result(evaluation_result_rows(trainer))
 
     def audit(self, ctx: PhaseContext) -> PhaseResult:
         """The real audit on the fake's items (questions as `evaluate` writes them); one
@@ -226,6 +210,18 @@ class FakeComponents:
         evals = {BASE_MODEL: read_rows(ctx.run_dir.base_eval_path)}
         evals.update({a: read_rows(ctx.run_dir.eval_path(a)) for a in self.schedule.arms})
         return generation_audit(train, test, evals, max_eval_overlaps=1, required=False)
+
+    @property
+    def efficiency(self) -> tuple[int, int] | None:
+        """(k, m) from the fake plan's "eval_every" (every k steps, the first m = 8 items)."""
+        k = self.plan.get("eval_every")
+        return (k, 8) if k else None
+
+    def evaluate_subset(self, arm: str, trainer: FakeTrainer, n_items: int) -> list[dict]:
+        # like a sampler, this draws from the global RNG; the runner must put the state back, or
+        # the training batches after an efficiency evaluation would change
+        torch.rand(3)
+        return evaluation_result_rows(trainer)[:n_items]
 
     def decide(self, ctx: PhaseContext) -> PhaseResult:
         evals = {arm: read_rows(ctx.run_dir.eval_path(arm)) for arm in self.schedule.arms}
@@ -267,6 +263,27 @@ class FakeComponents:
 
     def environment(self) -> dict[str, Any]:
         return {"device": "cpu", "torch": torch.__version__}
+
+
+def evaluation_result_rows(trainer: FakeTrainer) -> list[dict[str, Any]]:
+    """The fake's graded items: the same N_EVAL inputs for every arm, right when |error| < 1."""
+    g = torch.Generator().manual_seed(123)  # the same items for every arm
+    x = torch.randn(N_EVAL, 4, generator=g)
+    with torch.no_grad():
+        pred = trainer.model(x).squeeze(1)
+        err = (pred - x.sum(dim=1)).abs()
+    return [
+        {
+            "id": f"item{i}",
+            "question": f"what is the sum of the 4 inputs of item {i}?",
+            "answer": f"{float(x[i].sum()):.3f}",
+            "completion": f"the sum is {float(pred[i]):.3f}",
+            "prediction": f"{float(pred[i]):.3f}",
+            "correct": bool(e < 1.0),
+            "error": float(e),
+        }
+        for i, e in enumerate(err)
+    ]
 
 
 def factory(

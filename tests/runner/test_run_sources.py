@@ -78,4 +78,4 @@ def test_phase_executes_from_the_checkout_and_says_what_was_not_executed(
         "WARNING pinned source NOT executed: grpo_dppo_custom_loss reference "
         "(sail-sg/Stable-RL@c6af1d1:core_algos.py::f): re-derivation by losslab"
     )
-    assert "offline, not cached" in logged[0] and "--source OWNER/NAME=PATH" in logged[0]
+    assert "offline, not cached" in logged[0] and "--source sail-sg/Stable-RL=PATH" in logged[0]

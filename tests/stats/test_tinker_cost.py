@@ -113,3 +113,15 @@ def test_plan_show_on_the_users_plan() -> None:
     assert train >= 13_107_200
     assert "  dollars    $" in out
     assert "(6N, two-phase)" in out and "training path two-phase (6N)" in out
+
+
+def test_plan_price_table_is_read_from_the_plans_folder(tmp_path: Path) -> None:
+    plan = json.loads(SEED_PLAN.read_text())
+    plan.setdefault("engine", {})["price_table"] = "prices.json"
+    _table(tmp_path, {"Qwen/Qwen3.5-2B": {"prefill": 1.0, "sample": 2.0, "train": 3.0}},
+           date="2025-07-01")  # fmt: skip
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(plan), encoding="utf-8")
+    result = CliRunner().invoke(app, ["plan", "show", str(plan_file)])
+    assert result.exit_code == 0, result.output
+    assert "prices of 2025-07-01" in result.output

@@ -359,10 +359,27 @@ class EngineSettings(PlanModel):
     backend: str | None = None
     """Backend hint (a `losslab.backends.BACKENDS` name, checked when a run starts); `None`
     lets the command line choose. Not a switch between arms."""
+    eval_every: int | None = Field(default=None, ge=1)
+    """Efficiency endpoint: every `eval_every` rollout steps, score each arm's current weights
+    greedily on the first `eval_every_items` test items, so the report draws accuracy against
+    the training tokens spent and gives the area under that curve. `None` (the default) turns
+    it off. Reported, never deciding: the decision rule's criteria are per-item metrics of the
+    final checkpoints.
+
+    When not to use it: when only the final verdict matters (it costs `eval_every_items` greedy
+    answers per arm every `eval_every` steps; k = 5, m = 64 over 50 steps is 640 extra answers
+    per arm, about half a full GSM8K evaluation); when the subset is too small to read (its
+    standard error is about sqrt(p (1 - p) / m), 0.06 at m = 64 and p = 0.5, far wider than
+    the gaps losses produce); and never to pick the arm, the step or the stopping point after
+    looking at the curve (that is selection on the test set the verdict is computed on)."""
+    eval_every_items: int = Field(default=64, ge=1)
+    """Test items of each efficiency evaluation (the first ones, the same for every arm and
+    step; capped at `eval.n_examples`)."""
     price_table: str | None = None
     """A JSON price table (the form of `losslab/stats/tinker_prices.json`: date, source, USD per
     million prefill / sample / train tokens by model) for the Tinker cost; `None` uses the
-    bundled, dated one. `plan show --prices` overrides both."""
+    bundled, dated one; a relative path is read from the plan file's folder. `plan show
+    --prices` overrides both."""
     loss_path: Literal["custom", "builtin"] = "custom"
     """How the arms' losses reach the backend: `custom` (the client-side loss object through
     `forward_backward_custom`) or `builtin` (the backend's own built-in of the same name through

@@ -22,6 +22,7 @@ from losslab.artifacts import ArtifactError, read_object, read_rows
 from losslab.atomic import atomic_write_json, atomic_write_text
 from losslab.report import plots
 from losslab.report.audit import grader_audit, power_facts
+from losslab.report.efficiency import efficiency_facts
 from losslab.report.html import render_html
 from losslab.report.items import base_model_facts, flipped_items
 from losslab.report.not_done import not_done
@@ -223,6 +224,7 @@ def collect(run_dir: Path) -> dict[str, Any]:
         "power": power_facts(plan, verdict),
         "grader_audit": grader_audit(present),
         "generation_audit": _read_json(run_dir / "generation_audit.json"),
+        "efficiency": efficiency_facts(metrics, base_rows),
         "environment": {
             **(manifest.get("environment") or {}),
             "losslab_version": manifest.get("losslab_version"),
@@ -262,6 +264,11 @@ def figures(facts: dict[str, Any]) -> dict[str, tuple[str, bytes]]:
     )
     if acc:
         out["eval-accuracy"] = ("evaluation accuracy per arm", plots.accuracy_png(acc))
+    eff = facts.get("efficiency") or {}
+    if eff.get("units"):
+        series = {u: c["points"] for u, c in eff["units"].items()}
+        caption = "accuracy vs training tokens (efficiency endpoint)"
+        out["efficiency"] = (caption, plots.efficiency_png(series))
     minutes: dict[str, float] = {}
     projected = _projected_minutes(facts)
     if projected is not None:

@@ -182,6 +182,28 @@ def _not_done(entries: list[dict[str, str]] | None) -> str:
     return f"<ul id='not-done-list'>{rows}</ul>"
 
 
+def _efficiency(eff: dict[str, Any] | None, images: dict[str, tuple[str, str]]) -> str:
+    if not eff:
+        return '<p class="muted">off (the plan sets no engine.eval_every)</p>'
+    rows = [
+        {
+            "unit": unit,
+            "points": len(c["points"]),
+            "items": c["items"],
+            "tokens at the last point": c["points"][-1][0],
+            "area (accuracy x tokens)": c["area"],
+            "mean accuracy over tokens": c["mean_accuracy"],
+            "starts at the base model": c["starts_at_base_model"],
+        }
+        for unit, c in eff["units"].items()
+    ]
+    return (
+        f'<p class="muted">{escape(eff["note"])}</p>'
+        + _rows_table(rows)
+        + _img("efficiency", images)
+    )
+
+
 def _generation_audit(audit: dict[str, Any] | None) -> str:
     if audit is None:
         return '<p class="muted">The generation audit was not reached in this run.</p>'
@@ -732,6 +754,9 @@ def render_html(facts: dict[str, Any], images: dict[str, tuple[str, str]]) -> st
             "pairs the decision rule rests on.</p>"
         )
     s.append("</section>")
+
+    s.append('<section id="efficiency"><h2>Efficiency: accuracy vs training tokens</h2>')
+    s.append(_efficiency(facts.get("efficiency"), images) + "</section>")
 
     s.append('<section id="flipped"><h2>Flipped items (the discordant pairs)</h2>')
     s.append(_flipped(facts.get("flipped")) + "</section>")

@@ -51,6 +51,20 @@ def curve_png(metric: str, series: dict[str, Sequence[tuple[int, float]]]) -> by
     return _png(fig)
 
 
+def efficiency_png(series: dict[str, Sequence[Sequence[float]]]) -> bytes:
+    """Accuracy on the efficiency subset against trained tokens: unit -> [[tokens, acc], ...]."""
+    fig, ax = plt.subplots(figsize=(5.2, 3.0))
+    for unit, points in series.items():
+        ax.plot([x for x, _ in points], [y for _, y in points], marker="o", markersize=3,
+                linewidth=1.5, label=unit)  # fmt: skip
+    ax.set_xlabel("completion tokens trained on")
+    ax.set_ylabel("accuracy (subset)")
+    ax.set_title("efficiency: accuracy vs training tokens", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
 def accuracy_png(accuracy: dict[str, tuple[float, int, int]]) -> bytes:
     """Evaluation accuracy per arm: arm -> (accuracy, correct, n)."""
     fig, ax = plt.subplots(figsize=(4.2, 3.0))

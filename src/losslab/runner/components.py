@@ -42,7 +42,7 @@ from losslab.runner.errors import (
 from losslab.runner.protocols import Phase
 from losslab.runner.trainer import BackendArmTrainer, TrainOrder, arm_config, seed_schedule
 from losslab.stats.cost import cost_vs_pilot, plan_cost
-from losslab.stats.tinker_cost import load_price_table, tinker_cost
+from losslab.stats.tinker_cost import load_price_table, plan_price_table, tinker_cost
 from losslab.tasks import make_task
 
 EVAL_PROBE_ITEMS = 32
@@ -92,7 +92,8 @@ class DefaultComponents:
         self._train_orders: dict[int, list[Any]] = {}
         self.schedule = seed_schedule(self.plan)
         try:  # the Tinker price table is read now: a bad one is refused before any write
-            self._prices = load_price_table(self.plan.engine.price_table)
+            table = plan_price_table(self.plan.engine.price_table, self.plan_file)
+            self._prices = load_price_table(table)
         except ValueError as e:
             raise UnsupportedPlan(f"plan engine.price_table: {e}") from e
         if self.data is not None or not self._task_needs_hub:
@@ -217,6 +218,19 @@ class DefaultComponents:
             "eval_s_per_item": (time.perf_counter() - t0) / max(len(items), 1),
             "eval_probe_items": len(items),
         }
+
+    def evaluate_subset(
+        self, arm: str, trainer: BackendArmTrainer, n_items: int
+    ) -> list[dict[str, Any]]:
+        return [asdict(i) for i in self._greedy_eval(trainer, n_items)]
+
+    @property
+    def efficiency(self) -> tuple[int, int] | None:
+        """(every k rollout steps, items) of the efficiency endpoint, or None when it is off."""
+        e = self.plan.engine
+        if e.eval_every is None:
+            return None
+        return e.eval_every, min(e.eval_every_items, self.plan.eval.n_examples)
 
     def evaluate(self, arm: str, trainer: BackendArmTrainer) -> PhaseResult:
         items = self._greedy_eval(trainer, self.plan.eval.n_examples)

@@ -97,6 +97,11 @@ class Components(Protocol):
         """Time a few evaluation items on the pilot's weights: {"eval_s_per_item": ...}."""
         ...
 
+    def evaluate_subset(self, arm: str, trainer: ArmTrainer, n_items: int) -> list[dict[str, Any]]:
+        """The trainer's current weights on the first `n_items` test items: per-item rows (the
+        efficiency endpoint's evaluations during training, `engine.eval_every`)."""
+        ...
+
     def evaluate(self, arm: str, trainer: ArmTrainer) -> PhaseResult:
         """The arm's final weights on the test items: the artifact is its per-item rows
         ({"id", "correct", ...}, eval_<arm>.jsonl)."""

@@ -32,6 +32,7 @@ from losslab.engine.rl import train_steps
 from losslab.runner.artifacts import DamagedArtifact, read_object, read_rows, set_aside
 from losslab.runner.checkpoint import (
     Checkpoint,
+    capture_rng,
     newest_intact_checkpoint,
     prune_checkpoints,
     restore_rng,
@@ -197,7 +198,9 @@ def _run_in(
     except KeyboardInterrupt as e:
         what = interrupt_name(e)
         _log_quietly(console, f"{what}; the run directory is resumable: {resume_hint}")
-        _record_stop(runner, "interrupted", f"{what}; resumable: {resume_hint}")
+        # manifest only: a scheduler's SIGTERM grace is short, and `losslab report` (or the
+        # resumed run) builds the report that names this stop
+        _record_stop(runner, "interrupted", f"{what}; resumable: {resume_hint}", report=False)
         raise RunInterrupted(f"{what}. Continue with: {resume_hint}", interrupt_exit_code(e)) from e
     except OSError as e:
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -496,6 +499,7 @@ class _Runner:
                 # the engine's one arm loop; after each step: checkpoint, then metrics.jsonl
                 for row in train_steps(trainer, start, until, arm=arm):
                     i = row["step"]
+                    row.update(self._efficiency_eval(arm, trainer, i + 1))
                     rows.append(row)
                     save_checkpoint(
                         ckdir, i + 1, cursor=trainer.cursor, metrics=rows, save_trainer=trainer.save
@@ -510,6 +514,25 @@ class _Runner:
         finally:
             trainer.close()
         return setup_s
+
+    def _efficiency_eval(self, arm: str, trainer: ArmTrainer, done: int) -> dict[str, Any]:
+        """The efficiency endpoint after `done` completed steps (`engine.eval_every`): accuracy
+        on the first test items, kept in the step's metrics row (so a checkpoint and a resume
+        carry it). The RNG state is put back, so evaluating never changes what training draws."""
+        every = getattr(self.comp, "efficiency", None)
+        if not every or done % every[0]:
+            return {}
+        rng, t0 = capture_rng(), time.perf_counter()
+        try:
+            items = self.comp.evaluate_subset(arm, trainer, every[1])
+        finally:
+            restore_rng(rng)
+        correct = sum(bool(r.get("correct")) for r in items)
+        return {
+            "efficiency/accuracy": correct / len(items) if items else None,
+            "efficiency/items": len(items),
+            "efficiency/eval_s": time.perf_counter() - t0,
+        }
 
 
 def _step_summary(row: dict[str, Any]) -> str:

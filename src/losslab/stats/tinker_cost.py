@@ -61,6 +61,14 @@ class PriceTable:
         return None, f"{name} is not in the price table ({self.path or PRICE_TABLE})"
 
 
+def plan_price_table(value: str | None, plan_file: str | Path) -> Path | None:
+    """The plan's `engine.price_table`, a relative path read from the plan file's folder."""
+    if value is None:
+        return None
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else Path(plan_file).resolve().parent / path
+
+
 def load_price_table(path: str | Path | None = None) -> PriceTable:
     """The price table at `path` (a JSON file of `tinker_prices.json`'s form), or the bundled one.
 

@@ -31,8 +31,14 @@ def not_executed_lines(report: dict) -> list[str]:
     summary = preflight_summary(report) or {}
     return [
         f"WARNING pinned source NOT executed: {row['path']} {row['side']} "
-        f"({row.get('revision') or '-'}): {row['summary']}; pass --source OWNER/NAME=PATH "
-        "(a checkout with the pinned commit) to execute it"
+        f"({row.get('revision') or '-'}): {row['summary']}; pass --source "
+        f"{_repo(row.get('revision'))}=PATH (a checkout with the pinned commit) to execute it"
         for row in summary.get("provenance") or []
         if not row.get("executed")
     ]
+
+
+def _repo(revision: str | None) -> str:
+    """'owner/repo' of a revision 'owner/repo@commit:path::function(...)'."""
+    repo = (revision or "").partition("@")[0]
+    return repo if repo.count("/") == 1 else "OWNER/NAME"
