@@ -546,12 +546,21 @@ def run(
         typer.echo(f"error: plan {plan} is not valid:\n{e}", err=True)
         raise typer.Exit(2) from None
     except RunError as e:
-        typer.echo(f"error: {e}", err=True)
+        from losslab.runner.rundir import redact
+        from losslab.runner.signals import exit_now_if_signalled
+
+        typer.echo(redact(f"error: {e}"), err=True)
+        exit_now_if_signalled(e.exit_code)  # after Ctrl-C/SIGTERM: no slow interpreter shutdown
         raise typer.Exit(e.exit_code) from None
     except KeyboardInterrupt as e:
-        from losslab.runner.signals import interrupt_exit_code, interrupt_name
+        from losslab.runner.signals import (
+            exit_now_if_signalled,
+            interrupt_exit_code,
+            interrupt_name,
+        )
 
         typer.echo(f"{interrupt_name(e)} before the run directory was created", err=True)
+        exit_now_if_signalled(interrupt_exit_code(e))
         raise typer.Exit(interrupt_exit_code(e)) from None
     # the runner itself logged "verdict: ..." and "report: ..." (terminal and run.log)
 

@@ -125,7 +125,12 @@ def guarded(call: Callable[[], T], argv: list[str] | None = None) -> T:
 
     typer's own exits (usage errors, `typer.Exit`) pass through unchanged.
     """
-    from losslab.runner.signals import interrupt_exit_code, interrupt_name, sigterm_as_interrupt
+    from losslab.runner.signals import (
+        exit_now_if_signalled,
+        interrupt_exit_code,
+        interrupt_name,
+        sigterm_as_interrupt,
+    )
 
     argv = list(sys.argv if argv is None else argv)
     try:
@@ -135,12 +140,14 @@ def guarded(call: Callable[[], T], argv: list[str] | None = None) -> T:
         raise
     except KeyboardInterrupt as e:
         _echo(f"{interrupt_name(e)}; nothing half-written was kept")
+        exit_now_if_signalled(interrupt_exit_code(e))
         raise SystemExit(interrupt_exit_code(e)) from None
     except Exception as e:
         known = expected_failure(e)
         if known is not None:
             message, code = known
             _echo(f"error: {message}")
+            exit_now_if_signalled(code)  # a run unwound after Ctrl-C/SIGTERM: exit within 2 s
             raise SystemExit(code) from None
         path = write_crash_file(e, argv)
         where = f"the details were written to {path}" if path else "no file could be written"

@@ -150,3 +150,51 @@ def test_a_training_call_that_never_answers_times_out_naming_the_call() -> None:
             BoundedFuture(concurrent.futures.Future(), "optim_step", "", 60).result()
     finally:
         timer.cancel()
+
+
+def test_a_sampling_call_that_never_answers_is_bounded_and_interruptible(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 25: sampling futures were unbounded. The sampling client a training client hands
+    out (and one the service creates) bounds `sample` and `compute_logprobs` like a training
+    call: the call timeout, then a TimeoutError naming the call; Ctrl-C within a second."""
+    import concurrent.futures
+
+    from losslab.backends.tinker import TinkerSamplingClient, TinkerTrainingClient
+
+    class HangingSampler:
+        def sample(self, *a, **k):
+            return concurrent.futures.Future()  # never answered
+
+        def compute_logprobs(self, *a, **k):
+            return concurrent.futures.Future()
+
+        def get_tokenizer(self):
+            return "tok"
+
+    class SDKTrainer:
+        def save_weights_and_get_sampling_client(self, name=None):
+            done: concurrent.futures.Future = concurrent.futures.Future()
+            done.set_result(HangingSampler())
+            return done
+
+    client = TinkerTrainingClient(SDKTrainer(), url="http://127.0.0.1:1", call_timeout_s=0.6)
+    sampler = client.save_weights_and_get_sampling_client("w").result()
+    assert isinstance(sampler, TinkerSamplingClient)
+    assert sampler.get_tokenizer() == "tok"  # the rest passes through
+    for call in ("sample", "compute_logprobs"):
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError, match=rf"did not answer {call} within 0.6 s"):
+            getattr(sampler, call)("prompt").result()
+        assert 0.5 < time.monotonic() - t0 < 2
+    monkeypatch.setenv("LOSSLAB_TINKER_CALL_TIMEOUT_S", "60")
+    unbounded_by_arg = TinkerSamplingClient(HangingSampler(), "")
+    timer = threading.Timer(0.3, os.kill, args=(os.getpid(), signal.SIGINT))
+    timer.start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            unbounded_by_arg.sample("prompt").result()
+    finally:
+        timer.cancel()
+    assert time.monotonic() - t0 < 2

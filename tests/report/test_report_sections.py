@@ -21,6 +21,7 @@ from losslab.report import build_report, collect
 from losslab.report.preflight import preflight_summary
 from losslab.runner import run_plan
 from losslab.runner.components import DefaultComponents
+from losslab.runner.rundir import RunDir
 from runner._fake_components import N_EVAL, factory, write_fake_plan
 
 from .test_report import _dump_dom
@@ -46,6 +47,8 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory, real_preflight: dict[str, 
         components_factory=factory(),
     )
     (tmp / "run" / "preflight.json").write_text(json.dumps(real_preflight))
+    # re-entered in the manifest's ledger: the report refuses an artifact edited behind its back
+    RunDir(tmp / "run").record_artifact(tmp / "run" / "preflight.json")
     build_report(tmp / "run")
     return tmp / "run"
 
@@ -200,6 +203,9 @@ def test_report_of_an_old_run_without_base_model_says_so(run_dir: Path, tmp_path
     copy_dir = tmp_path / "old"
     shutil.copytree(run_dir, copy_dir)
     (copy_dir / "eval_base_model.jsonl").unlink()
+    manifest = json.loads((copy_dir / "manifest.json").read_text())
+    del manifest["artifacts"]  # an old run: made before the manifest kept a ledger of artifacts
+    (copy_dir / "manifest.json").write_text(json.dumps(manifest))
     build_report(copy_dir)
     html = (copy_dir / "report.html").read_text()
     assert "The base model was not evaluated in this run." in html

@@ -186,3 +186,37 @@ def test_dev_zero_data_stops_the_cli_run_with_exit_2(tmp_path: Path) -> None:
     assert r.exit_code == 2, r.output
     assert "train.jsonl: is a device" in r.output
     assert not out.exists()
+
+
+def test_a_prompt_longer_than_the_models_context_is_refused_naming_the_item(
+    tmp_path: Path,
+) -> None:
+    """Issue 25: a prompt beyond the model's context failed inside the pilot (exit 70). Checked
+    with the tiny model's real tokenizer (model_max_length 512, losslab.backends.local.tiny)
+    and chat template, as `make_trainer` does for its first trainer."""
+    from losslab.backends.local.tiny import make_tiny_tokenizer
+    from losslab.runner.components import check_prompt_lengths, model_context
+    from losslab.runner.errors import DataError
+    from losslab.tasks.base import ChatRenderer
+
+    tokenizer = make_tiny_tokenizer()
+    renderer = ChatRenderer(tokenizer, model_name="tiny")
+    # the tiny tokenizer spells unknown words byte by byte: 300 words of 4 letters >> 512 tokens
+    long_row = json.dumps({"question": " ".join(["abcd"] * 300), "answer": "#### 1"}) + "\n"
+    task = Gsm8kTask(data=_data_dir(tmp_path, long_row))
+
+    class NoCaps:
+        def get_server_capabilities(self):
+            raise NotImplementedError
+
+    context = model_context(NoCaps(), "tiny", tokenizer)
+    assert context == 512  # from the tokenizer, the service listing nothing
+    with pytest.raises(DataError, match=r"test item 2 \(id .*\): its prompt is \d+ tokens") as info:
+        check_prompt_lengths(renderer, task, context, {"train": 4, "test": 4})
+    assert info.value.exit_code == 2 and "beyond the model's context of 512 tokens" in str(
+        info.value
+    )
+    (tmp_path / "ok").mkdir()
+    short = Gsm8kTask(data=_data_dir(tmp_path / "ok"))
+    check_prompt_lengths(renderer, short, context, {"train": 4, "test": 4})  # fits: no error
+    check_prompt_lengths(renderer, task, None, {"train": 4, "test": 4})  # unknown: not checked

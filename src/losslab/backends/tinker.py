@@ -71,7 +71,11 @@ class TinkerTrainingClient:
         self._call_timeout_s = call_timeout_s
 
     def _bounded(self, what: str, future: Any) -> Any:
-        return BoundedFuture(future, what, self._url, self._call_timeout_s)
+        wrap = self._sampling_client if what in _SAMPLING_CLIENT_CALLS else None
+        return BoundedFuture(future, what, self._url, self._call_timeout_s, wrap)
+
+    def _sampling_client(self, sdk_sampler: Any) -> TinkerSamplingClient:
+        return TinkerSamplingClient(sdk_sampler, self._url, self._call_timeout_s)
 
     def __repr__(self) -> str:
         return f"TinkerTrainingClient({type(self._sdk).__name__})"
@@ -221,13 +225,49 @@ _BOUNDED_SDK_CALLS = frozenset(
 )
 
 
+_BOUNDED_SAMPLING_CALLS = frozenset({"sample", "compute_logprobs"})
+"""Sampling-client calls whose futures are bounded like training calls (issue 25: a sampling
+request the service never answered hung the run)."""
+_SAMPLING_CLIENT_CALLS = frozenset({"save_weights_and_get_sampling_client"})
+
+
+class TinkerSamplingClient:
+    """Wraps a `tinker.SamplingClient`: `sample` and `compute_logprobs` return `BoundedFuture`s
+    (interruptible within a second, at most the call timeout); the rest passes through."""
+
+    def __init__(self, sdk_client: Any, url: str = "", call_timeout_s: float | None = None):
+        self._sdk, self._url, self._call_timeout_s = sdk_client, url, call_timeout_s
+
+    def __repr__(self) -> str:
+        return f"TinkerSamplingClient({type(self._sdk).__name__})"
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        attr = getattr(self._sdk, name)
+        if name in _BOUNDED_SAMPLING_CALLS:
+            return lambda *a, **k: BoundedFuture(
+                attr(*a, **k), name, self._url, self._call_timeout_s
+            )
+        return attr
+
+
 class BoundedFuture:
     """An SDK future whose `result()` waits in `POLL_S` slices (Ctrl-C/SIGTERM act within a
-    second) and at most the call timeout, then raises a TimeoutError naming the call and URL."""
+    second) and at most the call timeout, then raises a TimeoutError naming the call and URL.
+    `wrap` is applied to the value (a sampling client gets its calls bounded too)."""
 
-    def __init__(self, future: Any, what: str, url: str, timeout_s: float | None) -> None:
+    def __init__(
+        self,
+        future: Any,
+        what: str,
+        url: str,
+        timeout_s: float | None,
+        wrap: Callable[[Any], Any] | None = None,
+    ) -> None:
         self._future, self._what, self._url = future, what, url
         self._timeout_s = timeout_s
+        self._wrap = wrap
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
@@ -250,12 +290,14 @@ class BoundedFuture:
                     f"{check_hint(self._url or 'TINKER_BASE_URL')}"
                 )
             try:
-                return self._future.result(min(POLL_S, left))
+                value = self._future.result(min(POLL_S, left))
             except TimeoutError:  # concurrent.futures.TimeoutError is TimeoutError (3.11)
                 continue
+            return self._wrap(value) if self._wrap is not None else value
 
     async def result_async(self, timeout: float | None = None) -> Any:
-        return await self._future.result_async(timeout)
+        value = await self._future.result_async(timeout)
+        return self._wrap(value) if self._wrap is not None else value
 
     def __await__(self):
         return self._future.__await__()
@@ -391,7 +433,7 @@ class TinkerServiceClient:
         return _TrainingClientFuture(submit, adam_params, self._create_timeout_s, self._url)
 
     def create_sampling_client(self, *args: Any, **kwargs: Any) -> Any:
-        return self._sdk.create_sampling_client(*args, **kwargs)
+        return TinkerSamplingClient(self._sdk.create_sampling_client(*args, **kwargs), self._url)
 
 
 NAME = "tinker"

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from losslab.artifacts import ArtifactError, read_object, read_rows
+from losslab.artifacts import ArtifactError, find_symlink, read_object, read_rows, verify_ledger
 from losslab.atomic import atomic_write_json, atomic_write_text
 from losslab.report import plots
 from losslab.report.audit import grader_audit, power_facts
@@ -136,6 +136,19 @@ def _status(manifest: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _refuse_damage(run_dir: Path, manifest: dict[str, Any]) -> None:
+    """A report never shows numbers from a cut or edited artifact (an eval file cut to 5 rows
+    beside a 24-item verdict): each file of the manifest's ledger must match it, and the folder
+    holds no symbolic link."""
+    link = find_symlink(run_dir)
+    if link is not None:
+        raise ArtifactError(link, "it is a symbolic link (losslab writes none); remove it")
+    damaged = verify_ledger(run_dir, manifest)
+    if damaged:
+        path, why = damaged[0]
+        raise ArtifactError(path, f"{why}; `losslab run PLAN --resume {run_dir}` recomputes it")
+
+
 def collect(run_dir: Path) -> dict[str, Any]:
     """Every fact the report shows, as one JSON-safe dict (the content of report.json)."""
     run_dir = Path(run_dir)
@@ -145,6 +158,7 @@ def collect(run_dir: Path) -> dict[str, Any]:
     phases = manifest.get("phases", {})
     if not isinstance(phases, dict) or not all(isinstance(v, dict) for v in phases.values()):
         raise ArtifactError(run_dir / "manifest.json", "'phases' is not an object of objects")
+    _refuse_damage(run_dir, manifest)
     plan = _read_json(run_dir / "plan.json") or {}
     schedule = manifest.get("schedule", {})
     arms_plan = [a for a in plan.get("arms", []) if isinstance(a, dict)]

@@ -136,6 +136,30 @@ class DamagedCheckpoint(ValueError):
 _STATE_KEYS = {"step": int, "cursor": dict, "metrics": list, "rng": dict, "trainer": dict}
 
 
+def _shape_problem(state: dict[str, Any]) -> str | None:
+    """Why state.json's cursor, metrics or RNG states cannot be what `save_checkpoint` wrote
+    (restoring them would crash or continue from the wrong place), else None."""
+    cursor, step = state["cursor"], state["step"]
+    # the data cursor is the step index (runner.trainer, the fake trainer of the tests)
+    if "next_step" in cursor and (
+        not isinstance(cursor["next_step"], int)
+        or isinstance(cursor["next_step"], bool)
+        or cursor["next_step"] != step
+    ):
+        return f"cursor.next_step is {cursor['next_step']!r}, expected {step} (the folder's step)"
+    if len(state["metrics"]) != step or not all(isinstance(r, dict) for r in state["metrics"]):
+        return f"'metrics' holds {len(state['metrics'])} rows for {step} steps"
+    rng = state["rng"]
+    python, numpy, torch_state = rng.get("python"), rng.get("numpy"), rng.get("torch")
+    if not (isinstance(python, list) and len(python) == 3 and isinstance(python[1], list)):
+        return "rng.python is not [version, state, gauss]"
+    if not (isinstance(numpy, list) and len(numpy) == 5 and isinstance(numpy[1], list)):
+        return "rng.numpy is not [name, keys, pos, has_gauss, cached]"
+    if not isinstance(torch_state, str):
+        return "rng.torch is not a base64 string"
+    return None
+
+
 def verify_checkpoint(path: Path) -> Checkpoint:
     """Read a checkpoint and check it whole: state.json's schema, its step against the folder
     name, and every trainer file against the sha256 recorded at save time.
@@ -157,19 +181,31 @@ def verify_checkpoint(path: Path) -> Checkpoint:
             raise DamagedCheckpoint(f"{state_path}: '{key}' is missing or not a {kind.__name__}")
     if step_dir_name(state["step"]) != path.name:
         raise DamagedCheckpoint(f"{state_path}: step {state['step']} does not match {path.name}")
+    why = _shape_problem(state)
+    if why is not None:
+        raise DamagedCheckpoint(f"{state_path}: {why}")
     files = state.get("files")
-    if files is not None:
-        if not isinstance(files, dict):
-            raise DamagedCheckpoint(f"{state_path}: 'files' is not an object")
-        trainer = path / "trainer"
-        for rel, digest in files.items():
-            file = trainer / rel
-            if not file.is_file():
-                raise DamagedCheckpoint(f"{file} is missing")
-            if sha256_file(file) != digest:
-                raise DamagedCheckpoint(
-                    f"{file} differs from the sha256 recorded when it was saved"
-                )
+    # mandatory: without it the sha256 check of the trainer files would be silently off
+    if not isinstance(files, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in files.items()
+    ):
+        raise DamagedCheckpoint(
+            f"{state_path}: 'files' (the sha256 of each trainer file) is missing or not an "
+            "object of strings"
+        )
+    trainer = path / "trainer"
+    if not trainer.is_dir() or trainer.is_symlink():
+        raise DamagedCheckpoint(f"{trainer} is missing or not a folder")
+    on_disk = file_hashes(trainer)
+    for rel, digest in sorted(files.items()):
+        file = trainer / rel
+        if rel not in on_disk:
+            raise DamagedCheckpoint(f"{file} is missing")
+        if on_disk[rel] != digest:
+            raise DamagedCheckpoint(f"{file} differs from the sha256 recorded when it was saved")
+    extra = sorted(set(on_disk) - set(files))
+    if extra:
+        raise DamagedCheckpoint(f"{trainer / extra[0]} was not there when the checkpoint was saved")
     return Checkpoint(
         path=path,
         step=state["step"],

@@ -68,6 +68,47 @@ def check_task_sizes(task: Any, n_eval: int, data: Any) -> None:
         raise DataError(f"task {getattr(task, 'name', '?')!r} has no training problems")
 
 
+UNKNOWN_CONTEXT = 10**9
+"""A tokenizer's `model_max_length` at or above this is transformers' "no limit" placeholder."""
+
+
+def model_context(service: Any, base_model: str, tokenizer: Any) -> int | None:
+    """The model's context length in tokens: what the service lists for `base_model`
+    (`get_server_capabilities`), else the tokenizer's `model_max_length`; None when neither
+    says (then prompt lengths are not checked up front)."""
+    try:
+        caps = service.get_server_capabilities()
+        for model in getattr(caps, "supported_models", None) or []:
+            length = getattr(model, "max_context_length", None)
+            if getattr(model, "model_name", None) == base_model and isinstance(length, int):
+                return length
+    except Exception:  # a service without the call: fall back to the tokenizer
+        pass
+    length = getattr(tokenizer, "model_max_length", None)
+    return length if isinstance(length, int) and 0 < length < UNKNOWN_CONTEXT else None
+
+
+def check_prompt_lengths(
+    renderer: Any, task: Any, context: int | None, budgets: dict[str, int]
+) -> None:
+    """Refuse (DataError, exit 2) the first train or test item whose prompt plus the tokens the
+    plan lets the model write (`budgets`: split -> max_tokens) does not fit in the model's
+    context, naming the split, the item and the numbers; before, it failed inside the pilot."""
+    if context is None:
+        return
+    for split, problems in (("train", task.train), ("test", task.test)):
+        budget = budgets[split]
+        for index, problem in enumerate(problems):
+            n = renderer.build_prompt(task.messages(problem)).length
+            if n + budget > context:
+                raise DataError(
+                    f"{split} item {index + 1} (id {problem.id!r}): its prompt is {n} tokens and "
+                    f"the plan lets the model write {budget} more, {n + budget} in all, beyond "
+                    f"the model's context of {context} tokens; shorten or remove that item, or "
+                    "lower engine.max_tokens / engine.eval_max_tokens"
+                )
+
+
 class DefaultComponents:
     """Components for `run_plan` from a plan file and a backend name (`losslab.backends.BACKENDS`)."""
 
@@ -90,6 +131,7 @@ class DefaultComponents:
         self.data = Path(data) if data is not None else None
         self.run_tag = f"losslab-{int(time.time())}"
         self._train_orders: dict[int, list[Any]] = {}
+        self._prompts_checked = False
         self.schedule = seed_schedule(self.plan)
         try:  # the Tinker price table is read now: a bad one is refused before any write
             table = plan_price_table(self.plan.engine.price_table, self.plan_file)
@@ -189,6 +231,14 @@ class DefaultComponents:
         if config.seed != self.plan.arms[0].seed:  # a seed replica draws its own training order
             task = TrainOrder(self.task, self.train_order(config.seed))
         loop = ArmLoop(self._create_client(arm), task, config)
+        if not self._prompts_checked:  # the first moment model (tokenizer) and data both exist
+            context = model_context(self.service, self.base_model, loop.renderer.tokenizer)
+            budgets = {
+                "train": self.plan.engine.max_tokens,
+                "test": self.plan.engine.eval_max_tokens,
+            }
+            check_prompt_lengths(loop.renderer, self.task, context, budgets)
+            self._prompts_checked = True
         return BackendArmTrainer(self.backend_impl, self.run_tag, arm, loop)
 
     def executed_config(self, arm: str, trainer: BackendArmTrainer) -> PhaseResult:

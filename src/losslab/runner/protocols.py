@@ -134,6 +134,10 @@ class PhaseContext(Protocol):
         """Whether an artifact reads back; a damaged one is set aside (then False)."""
         ...
 
+    def write_rows(self, path: Path, rows: list[dict[str, Any]]) -> None:
+        """Write a JSON-lines artifact (eval_<arm>.jsonl) and enter it in the manifest's ledger."""
+        ...
+
     def metrics_rows(self, arm: str) -> list[dict[str, Any]]: ...
 
     def pilot_rows(self) -> list[dict[str, Any]]:

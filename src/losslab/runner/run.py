@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from losslab.artifacts import ArtifactError, verify_ledger
 from losslab.backends import DEFAULT_BACKEND
 from losslab.checks import PhaseResult
 from losslab.engine.rl import train_steps
@@ -33,6 +34,7 @@ from losslab.runner.artifacts import DamagedArtifact, read_object, read_rows, se
 from losslab.runner.checkpoint import (
     Checkpoint,
     capture_rng,
+    completed_steps,
     newest_intact_checkpoint,
     prune_checkpoints,
     restore_rng,
@@ -40,7 +42,7 @@ from losslab.runner.checkpoint import (
     seed_everything,
 )
 from losslab.runner.errors import CheckFailed, DiskFull, RunDirError, RunError
-from losslab.runner.phases import VERDICT_PHASE
+from losslab.runner.phases import TRAINING_PHASE, VERDICT_PHASE
 from losslab.runner.progress import RunConsole
 from losslab.runner.protocols import ArmTrainer, Components, Phase, check_table
 from losslab.runner.rundir import (
@@ -279,6 +281,7 @@ class _Runner:
 
     def run(self) -> RunResult:
         self._write_environment()
+        self._set_aside_damaged()
         for phase in self.phases:
             self._run_phase(phase)
         self.current_phase = "report"
@@ -297,6 +300,8 @@ class _Runner:
     def _run_phase(self, phase: Phase) -> None:
         """Run one phase, or skip it when recorded done with its files intact (resume)."""
         done = self.record(phase.name).get("status") in ("done", "forced")
+        if phase.name == TRAINING_PHASE and done:
+            done = self._final_checkpoints_intact()
         if done and all(self.intact(self.path(f)) for f in phase.files(self.schedule)):
             self.console.skip_phase(phase.name, "already done (resume)")
             return
@@ -308,6 +313,7 @@ class _Runner:
                 result = result.overridden()
             if phase.artifact:
                 write_json_artifact(self.path(phase.artifact), result.record())
+                self.run_dir.record_artifact(self.path(phase.artifact))
             if result.summary:
                 self.console.log(f"[{phase.name}] {result.summary}")
         # a phase without a file keeps its record in its manifest entry (the pilot's facts)
@@ -316,6 +322,25 @@ class _Runner:
         if phase.artifact:
             info["artifact"] = phase.artifact
         self._judge(phase.name, result, phase.artifact or "manifest.json", info)
+
+    def _set_aside_damaged(self) -> None:
+        """Set aside each artifact that no longer matches the manifest's ledger (cut, edited,
+        deleted), naming it, so the phases that made it recompute it (`_run_phase`)."""
+        for path, why in verify_ledger(self.run_dir.root, self.run_dir.read_manifest()):
+            if path.name == "plan.json":
+                continue  # restored from the plan given when the directory was reopened
+            if path.exists() or path.is_symlink():
+                aside = set_aside(path)
+                self.console.log(f"{path} is damaged: {why}; set aside as {aside.name}")
+            else:
+                self.console.log(f"{path} is damaged: {why}")
+            self.run_dir.forget_artifact(path)
+
+    def _final_checkpoints_intact(self) -> bool:
+        """Whether every unit's newest intact checkpoint is its final one (damaged ones are
+        named in the log by `checkpoint`)."""
+        finals = [self.checkpoint(arm) for arm in self.schedule.arms]
+        return all(ck is not None and ck.step == self.schedule.steps for ck in finals)
 
     def _judge(self, name: str, result: PhaseResult, artifact: str, info: dict[str, Any]) -> None:
         """Record a phase's outcome; stop on its first failed check unless --force."""
@@ -380,12 +405,21 @@ class _Runner:
         a damaged file is named, set aside as `<name>.damaged` and recomputed by the caller."""
         try:
             (read_rows if path.suffix == ".jsonl" else read_object)(path)
+            why = self.run_dir.ledger_problem(path)  # cut to fewer rows, edited, replaced
+            if why is not None:
+                raise DamagedArtifact(path, why)
             return True
         except DamagedArtifact as e:
-            if path.exists():
+            if path.exists() or path.is_symlink():
                 aside = set_aside(path)
                 self.console.log(f"{e}; set aside as {aside.name}")
+            self.run_dir.forget_artifact(path)
             return False
+
+    def write_rows(self, path: Path, rows: list[dict[str, Any]]) -> None:
+        """Write a JSON-lines artifact and enter it in the manifest's ledger."""
+        atomic_write_jsonl(path, rows)
+        self.run_dir.record_artifact(path)
 
     def metrics_rows(self, arm: str) -> list[dict[str, Any]]:
         """The arm's metrics.jsonl; a damaged one is rebuilt from its checkpoint (same rows)."""
@@ -394,7 +428,7 @@ class _Runner:
             ck = self.checkpoint(arm)
             if ck is None:
                 raise RunDirError(f"{path} is damaged and arm {arm} has no intact checkpoint")
-            atomic_write_jsonl(path, ck.metrics)
+            self.write_rows(path, ck.metrics)
             self.console.log(f"rebuilt {path.name} of {arm} from checkpoint {ck.path.name}")
         return read_rows(path)
 
@@ -436,10 +470,14 @@ class _Runner:
             # record is set aside (the report shows it as absent; the log names it). The phases'
             # artifacts were verified, and recomputed if damaged, by `_run_phase`
             for arm in self.schedule.arms:
-                if self.run_dir.metrics_path(arm).exists():
+                trained = bool(completed_steps(self.run_dir.checkpoints_dir(arm)))
+                if self.run_dir.metrics_path(arm).exists() or trained:
                     self.metrics_rows(arm)
             self._executed_record()
-            paths = build_report(self.run_dir.root)
+            try:
+                paths = build_report(self.run_dir.root)
+            except ArtifactError as e:  # changed while this run read it: named, exit 2
+                raise DamagedArtifact(e.path, e.why) from None
         self.run_dir.mark_phase("report", "done", seconds=time.perf_counter() - t0)
         return paths.html_path
 
@@ -456,6 +494,7 @@ class _Runner:
             recorded[arm] = result.artifact
             path = self.run_dir.executed_config_path
             write_json_artifact(path, recorded)
+            self.run_dir.record_artifact(path)
             if not result.passed:
                 try:
                     self._judge("executed_config", result, path.name, {})
@@ -481,7 +520,7 @@ class _Runner:
         ck = self.checkpoint(arm)
         start = ck.step if ck else 0
         if ck is not None:  # the checkpoint is the truth; a kill may have come before this write
-            atomic_write_jsonl(self.run_dir.metrics_path(arm), ck.metrics)
+            self.write_rows(self.run_dir.metrics_path(arm), ck.metrics)
         if start >= until and before_close is None:
             self.console.log(f"{arm}: {start} steps already done (resume)")
             return 0.0
@@ -504,7 +543,7 @@ class _Runner:
                     save_checkpoint(
                         ckdir, i + 1, cursor=trainer.cursor, metrics=rows, save_trainer=trainer.save
                     )
-                    atomic_write_jsonl(self.run_dir.metrics_path(arm), rows)
+                    self.write_rows(self.run_dir.metrics_path(arm), rows)
                     if self.mirror is not None:
                         self.mirror.log(arm, row)
                     prune_checkpoints(ckdir, KEEP_CHECKPOINTS, protect={self.schedule.steps})

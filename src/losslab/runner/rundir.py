@@ -2,7 +2,8 @@
 
 Layout (every path is relative to the run directory):
 
-    manifest.json                 plan sha256, losslab version, backend, phase status
+    manifest.json                 plan sha256, losslab version, backend, phase status, and the
+                                  ledger of artifacts as written (sha256, size, rows)
     plan.json                     byte-for-byte copy of the plan that was run
     preflight.json                correctness preflight (losses vs pinned references)
     restoration.json              restoration preflight (both arms start from the same state)
@@ -47,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from losslab import __version__
+from losslab.artifacts import LEDGER_KEY, find_symlink, ledger_entry, ledger_problem
 from losslab.atomic import atomic_dir, atomic_write_bytes, atomic_write_text
 from losslab.runner.errors import DiskFull, ResumeRefused, RunDirError
 from losslab.runner.lock import LOCK_NAME, RunDirLock, acquire
@@ -390,6 +392,30 @@ class RunDir:
         manifest["updated_at"] = _now()
         write_json_artifact(self.manifest_path, manifest)
 
+    def record_artifact(self, path: Path) -> None:
+        """Enter the just-written artifact `path` in the manifest's ledger (`artifacts.LEDGER_KEY`:
+        sha256, size, rows), so a later cut or edit is detected on resume and by the report."""
+        manifest = self.read_manifest()
+        rel = Path(path).relative_to(self.root).as_posix()
+        manifest.setdefault(LEDGER_KEY, {})[rel] = ledger_entry(path)
+        self.write_manifest(manifest)
+
+    def forget_artifact(self, path: Path) -> None:
+        """Drop `path` from the ledger (it was set aside as damaged; recomputing re-enters it)."""
+        manifest = self.read_manifest()
+        if manifest.get(LEDGER_KEY, {}).pop(Path(path).relative_to(self.root).as_posix(), None):
+            self.write_manifest(manifest)
+
+    def ledger_problem(self, path: Path) -> str | None:
+        """Why `path` no longer matches what the ledger recorded when it was written, or None
+        (also None for a file the ledger does not know: written by an older losslab)."""
+        entry = (
+            self.read_manifest()
+            .get(LEDGER_KEY, {})
+            .get(Path(path).relative_to(self.root).as_posix())
+        )
+        return None if entry is None else ledger_problem(path, entry)
+
     def mark_phase(self, phase: str, status: str, **info: Any) -> None:
         """Record a phase's status ("done", "failed", "forced") and facts such as its seconds."""
         manifest = self.read_manifest()
@@ -468,6 +494,7 @@ class RunDir:
             "created_at": _now(),
             "resumed": [],
             "phases": {},
+            LEDGER_KEY: {"plan.json": ledger_entry(self.plan_path)},
         }
         if loss_code:
             manifest["loss_code"] = loss_code
@@ -496,6 +523,13 @@ class RunDir:
         run = cls(root)
         run.lock = acquire(root)
         try:
+            link = find_symlink(root)
+            if link is not None:
+                raise ResumeRefused(
+                    f"--resume {root}: {link} is a symbolic link; losslab writes none, so it "
+                    "points at something that is not this run's. Remove it (losslab recomputes "
+                    "what is missing), then resume"
+                )
             return run._open_locked(
                 plan_file, backend=backend, force=force, rehearsal=rehearsal, loss_code=loss_code
             )
@@ -548,6 +582,11 @@ class RunDir:
                 f"not {backend}; the arms must run on one backend"
             )
         refuse_changed_loss_code(root, manifest.get("loss_code") or {}, loss_code)
+        plan_bytes = Path(plan_file).read_bytes()
+        if not run.plan_path.is_file() or run.plan_path.read_bytes() != plan_bytes:
+            # plan.json was cut or edited; the plan given has the recorded sha256: restore it
+            atomic_write_bytes(run.plan_path, plan_bytes)
+        manifest.setdefault(LEDGER_KEY, {})["plan.json"] = ledger_entry(run.plan_path)
         manifest.setdefault("resumed", []).append(_now())
         manifest["force"] = bool(manifest.get("force")) or force
         run.write_manifest(manifest)

@@ -24,7 +24,7 @@ from losslab.runner.phases import (
 )
 from losslab.runner.protocols import Phase, check_table
 
-__all__ = ["PHASES", "VERDICT_PHASE"]
+__all__ = ["PHASES", "TRAINING_PHASE", "VERDICT_PHASE"]
 
 PHASES: tuple[Phase, ...] = check_table(
     (
@@ -42,5 +42,8 @@ PHASES: tuple[Phase, ...] = check_table(
 )
 """name, run, what it needs, its artifact: the whole order of a run, read by `_Runner`."""
 
+TRAINING_PHASE = "arms"
+"""The phase that leaves every unit's final checkpoint: on resume it is redone when one is
+damaged (each unit continues from its newest intact checkpoint)."""
 VERDICT_PHASE = "decision"
 """The phase whose artifact is the verdict (`RunResult.verdict`) and whose summary ends the log."""

@@ -15,14 +15,15 @@ from losslab.runner.artifacts import read_rows
 from losslab.runner.checkpoint import seed_everything
 from losslab.runner.errors import RunError
 from losslab.runner.protocols import PhaseContext, Schedule
-from losslab.runner.rundir import atomic_write_jsonl, eval_file
+from losslab.runner.rundir import BASE_MODEL, eval_file
 
 EVAL_SEED_OFFSET = 1_000_003  # eval RNG stream differs from training's, same for every arm
 
 
 def outputs(schedule: Schedule) -> Sequence[str]:
-    """The arms' evaluation files (the base model's is checked, and redone, on its own)."""
-    return [eval_file(arm) for arm in schedule.arms]
+    """The base model's and the arms' evaluation files: a damaged or missing one makes a
+    resume redo the phase, which recomputes only the files that are not intact."""
+    return [eval_file(BASE_MODEL), *(eval_file(arm) for arm in schedule.arms)]
 
 
 def run(ctx: PhaseContext) -> PhaseResult:
@@ -57,7 +58,7 @@ def _evaluate_arm(ctx: PhaseContext, arm: str, base_accuracy: float) -> None:
         )
     finally:
         trainer.close()
-    atomic_write_jsonl(path, result.artifact)
+    ctx.write_rows(path, result.artifact)
 
 
 def _evaluate_base(ctx: PhaseContext) -> float:
@@ -76,7 +77,7 @@ def _evaluate_base(ctx: PhaseContext) -> float:
         result = ctx.comp.evaluate(arm, trainer)
     finally:
         trainer.close()
-    atomic_write_jsonl(path, result.artifact)
+    ctx.write_rows(path, result.artifact)
     ctx.log(
         f"evaluation of the base model (initial policy): {result.summary}, "
         f"{time.perf_counter() - t0:.1f} s"
