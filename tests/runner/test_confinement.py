@@ -126,7 +126,8 @@ def test_a_symlinked_subfolder_pointing_outside_is_refused_on_resume(
     shutil.move(run / link, outside)  # the folder's contents now live outside, behind a link
     (run / link).symlink_to(outside, target_is_directory=True)
     before = _tree(outside)
-    with pytest.raises(PathOutsideRunDir, match=r"refusing to write .*outside the run directory"):
+    # refused by the arm-path check (arms, arms/treat) or by the resume's no-symlink rule
+    with pytest.raises(RunDirError, match=r"outside the run directory|is a symbolic link"):
         run_plan(plan, resume=run, quiet=True, components_factory=factory())
     assert _tree(outside) == before  # nothing written into, nothing deleted from, the target
 
@@ -138,9 +139,30 @@ def test_a_symlinked_file_is_never_written_through(tmp_path: Path, name: str) ->
     target.write_text("precious\n")
     (run / name).unlink(missing_ok=True)
     (run / name).symlink_to(target)
-    with pytest.raises(RunDirError, match=r"refusing to write"):
+    with pytest.raises(RunDirError, match=r"refusing to write|is a symbolic link"):
         run_plan(plan, resume=run, quiet=True, components_factory=factory())
     assert target.read_text() == "precious\n"
+
+
+def test_a_link_planted_during_a_run_is_still_not_written_through(tmp_path: Path) -> None:
+    """The write-time check itself (not the resume's no-symlink rule): a link that appears
+    after the directory was opened is refused at the write."""
+    run_dir = tmp_path / "run"
+    (run_dir / "arms").mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (run_dir / "arms" / "treat").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(PathOutsideRunDir, match=r"refusing to write .*outside the run directory"):
+        RunDir(run_dir).metrics_path("treat")
+    target = tmp_path / "users_file.txt"
+    target.write_text("precious\n")
+    (run_dir / "run.log").symlink_to(target)
+    from losslab.runner.progress import RunConsole
+
+    console = RunConsole(run_dir / "run.log", quiet=True, total_phases=1)
+    with pytest.raises(PathOutsideRunDir, match="symbolic link"):
+        console.log("hello")
+    assert target.read_text() == "precious\n" and list(outside.iterdir()) == []
 
 
 def test_checkpoint_clean_up_unlinks_a_symlinked_step_and_keeps_its_target(tmp_path: Path) -> None:

@@ -3,7 +3,7 @@ the numbers of an undisturbed run (issue 25, failure 4: a full disk while the ad
 was reported as a bug, exit 70).
 
 Two ways: ENOSPC injected at the atomic write layer (`losslab.atomic._write_all`, where a real
-write reports it, without a file name), at a spread of the run's ~40 atomic writes; and, where
+write reports it, without a file name), at a spread of the run's 59 atomic writes; and, where
 this process may mount one (root), a real 1 MiB tmpfs that fills up mid-run.
 """
 
@@ -24,10 +24,11 @@ from losslab.runner.errors import DiskFull
 
 from ._fake_components import factory, final_state, write_fake_plan
 
-# a fake run makes 40 atomic writes (counted by wrapping atomic_write_bytes): plan.json and the
-# manifest while creating the directory (1-2), then manifest updates, phase artifacts,
-# metrics.jsonl rows, eval files, verdict and report; these cover each kind
-WRITE_INDICES = (1, 2, 3, 6, 11, 17, 24, 31, 37, 40)
+# a fake run makes 59 atomic writes (counted by wrapping atomic_write_bytes): plan.json and the
+# manifest while creating the directory (1-2), then manifest updates (phase status and the
+# artifact ledger), phase artifacts, metrics.jsonl rows, eval files, verdict and report; these
+# cover each kind
+WRITE_INDICES = (1, 2, 3, 6, 11, 17, 24, 31, 38, 45, 52, 59)
 
 
 def _fill_disk_at(monkeypatch: pytest.MonkeyPatch, k: int) -> dict[str, int]:

@@ -525,7 +525,7 @@ class RunDir:
         try:
             link = find_symlink(root)
             if link is not None:
-                raise ResumeRefused(
+                raise PathOutsideRunDir(
                     f"--resume {root}: {link} is a symbolic link; losslab writes none, so it "
                     "points at something that is not this run's. Remove it (losslab recomputes "
                     "what is missing), then resume"
