@@ -125,9 +125,14 @@ CASES = [
     (
         "gmpo",
         {},
-        [{"log_ratio_low": 0.8}, {"log_ratio_high": 0.8}, {"zero_adv": "negative"}],
+        [
+            {"log_ratio_low": 0.8},
+            {"log_ratio_high": 0.8},
+            {"log_ratio_guard": "none"},
+            {"zero_adv": "negative"},
+        ],
     ),
-    ("kl_cov", {}, [{"kl_cov_ratio": 0.5}, {"kl_coef": 2.0}]),
+    ("kl_cov", {}, [{"kl_cov_ratio": 0.5}, {"kl_coef": 2.0}, {"log_ratio_guard": "none"}]),
     (
         "clip_cov",
         {"clip_cov_ratio": 0.25, "clip_cov_lb": -5.0},
@@ -136,6 +141,7 @@ CASES = [
             {"clip_cov_lb": 0.0},
             {"clip_cov_ub": 0.0},
             {"seed": 1.0},
+            {"log_ratio_guard": "none"},
             {"clip_low_threshold": 0.7},
             {"clip_high_threshold": 1.5},
             {"zero_adv": "negative"},

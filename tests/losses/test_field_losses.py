@@ -483,7 +483,7 @@ def test_the_framework_configuration_specs_build(make_batch):
     text = DOCS.read_text(encoding="utf-8")
     table = text.split("<!-- specs -->", 1)[1].split("<!-- /specs -->", 1)[0]
     specs = re.findall(r"\| `([a-z0-9_]+\(.*?\))` \|", table)
-    assert len(specs) == 22
+    assert len(specs) == 24
     lp = [
         [s + d for s, d in zip(sr, dr, strict=True)] for sr, dr in zip(SAMPLER, DELTA, strict=True)
     ]

@@ -576,6 +576,7 @@ GMPO = declare(
     params={
         "log_ratio_low": Number(0.4, min=0.0),
         "log_ratio_high": Number(0.4, min=0.0),
+        "log_ratio_guard": Choice.of(LogRatioGuard, "upper"),
         "zero_adv": _ZERO_ADV,
     },
     extra_metrics=("gmpo/seq_ratio_mean",),
@@ -585,7 +586,11 @@ GMPO = declare(
 KL_COV = declare(
     "kl_cov",
     f"{_FIELD}:kl_cov",
-    params={"kl_cov_ratio": Number(2e-4, min=0.0, max=1.0), "kl_coef": Number(1.0, min=0.0)},
+    params={
+        "kl_cov_ratio": Number(2e-4, min=0.0, max=1.0),
+        "kl_coef": Number(1.0, min=0.0),
+        "log_ratio_guard": Choice.of(LogRatioGuard, "upper"),
+    },
     extra_metrics=("kl_cov/selected_fraction",),
     reduction="token-mean",
     batch_scope="batch",
@@ -600,6 +605,7 @@ CLIP_COV = declare(
         "clip_cov_lb": Number(1.0),
         "clip_cov_ub": Number(5.0),
         "seed": Number(0.0, min=0.0),
+        "log_ratio_guard": Choice.of(LogRatioGuard, "upper"),
         "zero_adv": _ZERO_ADV,
     },
     extra_metrics=("clip_cov/selected_fraction",),

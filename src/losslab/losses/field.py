@@ -31,10 +31,18 @@ from losslab.losses.declarations import (
     DrGrpoConstant,
     GspoGuard,
     GspoLevel,
+    LogRatioGuard,
     Surrogate,
     ZeroAdvantage,
 )
-from losslab.losses.policy import TokenLoss, loss_function, sampler_ratio, trust_region
+from losslab.losses.policy import (
+    LOG_RATIO_MAX,
+    TokenLoss,
+    guarded_ratio,
+    loss_function,
+    sampler_ratio,
+    trust_region,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Shared pieces: per-sequence sums, the capped exponential, the PPO clipped surrogate.
@@ -44,6 +52,22 @@ from losslab.losses.policy import TokenLoss, loss_function, sampler_ratio, trust
 def exp_capped(log_X: Tensor) -> Tensor:
     """e^min(x, 20) in value, gradient e^min(x, 20) (straight through, as `sampler_ratio`)."""
     return sampler_ratio(log_X, torch.zeros_like(log_X))
+
+
+def guarded_log_ratio(log_ratio_T: Tensor, guard: LogRatioGuard) -> Tensor:
+    """ℓ − ℓ_a under a `LogRatioGuard` in LOG space (GMPO clips log-ratios, not ratios):
+    "upper"/"both" clamp at 20 (and −20) in value with the gradient straight through,
+    "zero_grad" is torch's clamp to [−20, 20] (no gradient beyond), "none" leaves it."""
+    if guard == "upper":
+        return log_ratio_T - (log_ratio_T - LOG_RATIO_MAX).clamp_min(0).detach()
+    if guard == "both":
+        clamped_T = log_ratio_T.clamp(-LOG_RATIO_MAX, LOG_RATIO_MAX)
+        return log_ratio_T - (log_ratio_T - clamped_T).detach()
+    if guard == "zero_grad":
+        return log_ratio_T.clamp(-LOG_RATIO_MAX, LOG_RATIO_MAX)
+    if guard == "none":
+        return log_ratio_T
+    raise ValueError(f"log_ratio_guard={guard!r}: expected upper, both, zero_grad or none")
 
 
 def loss_counts_D(t: PackedTokens) -> Tensor:
@@ -510,7 +534,12 @@ def sapo(batch: TokenData, *, tau_pos: float, tau_neg: float) -> TokenLoss:
 
 @loss_function(declared.GMPO)
 def gmpo(
-    batch: TokenData, *, log_ratio_low: float, log_ratio_high: float, zero_adv: ZeroAdvantage
+    batch: TokenData,
+    *,
+    log_ratio_low: float,
+    log_ratio_high: float,
+    log_ratio_guard: LogRatioGuard,
+    zero_adv: ZeroAdvantage,
 ) -> TokenLoss:
     """GMPO, geometric-mean policy optimisation (Zhao et al. 2025, arXiv 2507.20673; reference
     callsys/GMPO, verl `geo_mean`): the sequence objective is the GEOMETRIC mean of its token
@@ -519,11 +548,13 @@ def gmpo(
         L_d = −Ā_d·exp(mean_t Δ̃_t)     (Ā_d the mean advantage over d's loss tokens)
     reduced as the mean over sequences (L_d/n_d on each loss token, seq-mean-token-sum). A
     token whose log-ratio is clipped has no gradient (`kept_D = False`). The paper's ε = 0.4
-    bounds the LOG ratio (ratios in [e^−0.4, e^0.4]), not r.
+    bounds the LOG ratio (ratios in [e^−0.4, e^0.4]), not r. `log_ratio_guard` acts on Δ first
+    (`guarded_log_ratio`; "none" is verl's, which takes Δ bare).
     """
     t = pack(batch)
     a_T = t.advantages_T
-    log_ratio_T = t.logprobs_T - t.sampler_logprobs_T
+    # the guard acts on Δ before the sign-min; verl `geo_mean` has none (log_ratio_guard="none")
+    log_ratio_T = guarded_log_ratio(t.logprobs_T - t.sampler_logprobs_T, log_ratio_guard)
     sign_T = torch.sign(a_T)
     clipped_T = log_ratio_T.clamp(-log_ratio_low, log_ratio_high)
     chosen_T = sign_T * torch.minimum(sign_T * log_ratio_T, sign_T * clipped_T)
@@ -560,15 +591,19 @@ def token_covariance(t: PackedTokens) -> Tensor:
 
 
 @loss_function(declared.KL_COV)
-def kl_cov(batch: TokenData, *, kl_cov_ratio: float, kl_coef: float) -> TokenLoss:
+def kl_cov(
+    batch: TokenData, *, kl_cov_ratio: float, kl_coef: float, log_ratio_guard: LogRatioGuard
+) -> TokenLoss:
     """KL-Cov (Cui et al. 2025, "The Entropy Mechanism of Reinforcement Learning for Reasoning
     Language Models", arXiv 2505.22617; reference PRIME-RL/Entropy-Mechanism-of-RL, verl
     `kl_cov`): L_t = −A·r·m, plus kl_coef·|ℓ − ℓ_s| on the k = max(1, ⌊N·kl_cov_ratio⌋) loss
     tokens of largest covariance (`token_covariance`; none when the ratio is 0). The top-k is
-    over the batch given, so the loss is declared batch-scoped.
+    over the batch given, so the loss is declared batch-scoped. `log_ratio_guard` guards r
+    ("none": verl and SkyRL's plain exp); `kl_coef` is verl's `ppo_kl_coef` (0.1 there, 1.0 in
+    SkyRL, whose `kl_cov_frac` default is 0.2).
     """
     t = pack(batch)
-    ratio_T = sampler_ratio(t.logprobs_T, t.sampler_logprobs_T)
+    ratio_T = guarded_ratio(t.logprobs_T, t.sampler_logprobs_T, log_ratio_guard)
     loss_T = -t.advantages_T * ratio_T * t.mask_T
     selected_T = torch.zeros_like(t.loss_T)
     n = int(t.loss_T.sum())
@@ -593,6 +628,7 @@ def clip_cov(
     clip_cov_lb: float,
     clip_cov_ub: float,
     seed: float,
+    log_ratio_guard: LogRatioGuard,
     zero_adv: ZeroAdvantage,
 ) -> TokenLoss:
     """Clip-Cov (Cui et al. 2025, arXiv 2505.22617; verl `clip_cov`): PPO's clipped surrogate,
@@ -600,10 +636,10 @@ def clip_cov(
     PPO clip left alone and whose covariance lies in (lb, ub) set to loss 0 and no gradient.
     The draw uses a generator seeded by `seed` (verl draws from torch's global RNG, so its
     choice is not reproducible across processes; compare against it with a selection of one
-    candidate or none).
+    candidate or none). `log_ratio_guard` guards r ("none": verl and SkyRL's plain exp).
     """
     t = pack(batch)
-    ratio_T = sampler_ratio(t.logprobs_T, t.sampler_logprobs_T)
+    ratio_T = guarded_ratio(t.logprobs_T, t.sampler_logprobs_T, log_ratio_guard)
     loss_T, keep_T = clipped_surrogate(
         t, ratio_T, clip_low_threshold, clip_high_threshold, zero_adv
     )
