@@ -76,7 +76,7 @@ def test_atlas_covers_ten_families_from_four_executed_frameworks() -> None:
 
 def _alternatives(loss: str, key: str, value: Any) -> list[Any]:
     """Other values of one knob: a different option of a choice; for a number, a change that
-    moves it inside any sensible domain (x1.25, 0 -> 0.1, inf -> 10)."""
+    moves it inside any sensible domain (x1.25, x0.8, x50, 0 -> 0.1, inf -> 10)."""
     spec = loss_declaration(loss).params[key]
     if isinstance(spec, Choice):
         return [o for o in spec.options if o != value]
@@ -84,7 +84,9 @@ def _alternatives(loss: str, key: str, value: Any) -> list[Any]:
         return [37.0]
     if math.isinf(value):
         return [10.0]
-    return [0.1] if value == 0 else [value * 1.25, value * 0.8]
+    # x50: a token fraction such as Clip-/KL-Cov's 2e-4 selects max(1, floor(N * ratio)) = 1
+    # token of ~1100 under x1.25 and x0.8 alike
+    return [0.1] if value == 0 else [value * 1.25, value * 0.8, value * 50]
 
 
 def _cells_equal(a: dict[str, Any], b: dict[str, Any]) -> bool:

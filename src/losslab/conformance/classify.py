@@ -23,7 +23,7 @@ from losslab.conformance.ours import run_ours
 
 # (parameter, value, where the convention comes from)
 ALTERNATIVES: tuple[tuple[str, Any, str], ...] = (
-    ("clip_ratio_c", 3.0, "verl and Stable-RL ActorConfig default (dual clip: SkyRL's too)"),
+    ("clip_ratio_c", 3.0, "verl and Stable-RL ActorConfig default"),
     ("clip_ratio_c", 10.0, "Stable-RL code fallback"),
     ("clip_ratio_c", 20.0, "verl dppo_tv code fallback"),
     ("clip_ratio_c", 1e4, "verl DPPO example script"),

@@ -26,6 +26,7 @@ from losslab.conformance.frameworks.base import (
     refuse_unknown_arguments,
 )
 from losslab.conformance.frameworks.skyrl import OFF_POLICY_DEFAULTS
+from losslab.conformance.frameworks.verl_registry import CLIP_COV_REASON
 from losslab.plan import Revision, RevisionError
 
 REPO = "NovaSky-AI/SkyRL"
@@ -181,6 +182,30 @@ def losslab_config(ref: Any, fixture: Any = None) -> LosslabConfig:
             "reduction": "sum",
         }
         return LosslabConfig("gspo", params, {})
+    if kind == "sapo":
+        params = {**{k: p["sapo"][k] for k in ("tau_pos", "tau_neg")}, "reduction": "sum"}
+        return LosslabConfig("sapo", params, {})
+    if kind == "kl_cov":
+        params = {
+            "kl_cov_ratio": p["kl_cov"]["kl_cov_frac"],
+            "kl_coef": p["kl_cov"]["ppo_kl_coef"],
+            "log_ratio_guard": "none",
+            "reduction": "sum",
+        }
+        return LosslabConfig("kl_cov", params, {})
+    if kind == "clip_cov":
+        c = p["clip_cov"]
+        params = {
+            "clip_low_threshold": low,
+            "clip_high_threshold": high,
+            "clip_cov_ratio": c["clip_ratio"],
+            "clip_cov_lb": c["clip_cov_lb"],
+            "clip_cov_ub": c["clip_cov_ub"],
+            "log_ratio_guard": "none",
+            "zero_adv": "keep",
+            "reduction": "sum",
+        }
+        return LosslabConfig("clip_cov", params, {}, reason=CLIP_COV_REASON)
     return LosslabConfig(
         None, reason=f"losslab's registry has no {ref.loss_family} loss (SkyRL {kind})"
     )

@@ -87,6 +87,12 @@ def read_defaults(files: Any) -> dict[str, Any]:
     return out
 
 
+CLIP_COV_REASON = (
+    "random draw: Clip-Cov detaches tokens drawn with torch's global RNG (randperm) from the "
+    "high-covariance ones; losslab draws with its own seed, so the drawn token can differ"
+)
+
+
 def _vanilla_family(config: Mapping[str, Any], info: Mapping[str, Any]) -> str:
     """verl's `vanilla` is always dual-clip PPO; with the Dr. GRPO aggregation it is verl's
     Dr. GRPO, and with Clip-Higher over a real token mean it is the DAPO recipe's loss."""
@@ -204,6 +210,41 @@ def losslab_config(ref: Any, fixture: Any = None) -> LosslabConfig:
             **red,
         }
         return LosslabConfig("gspo", params, {})
+    if mode == "sapo":
+        params = {"tau_pos": p["tau_pos"], "tau_neg": p["tau_neg"], **red}
+        return LosslabConfig("sapo", params, {})
+    if mode == "geo_mean":
+        # verl's seq-mean divides by every row of the batch, an all-masked one included
+        n_rows = float(len(fixture.sequences)) if fixture is not None else 1.0
+        params = {
+            "log_ratio_low": p["clip_ratio_low"],
+            "log_ratio_high": p["clip_ratio_high"],
+            "log_ratio_guard": "none",  # verl takes e^delta bare
+            "zero_adv": "keep",
+            "reduction": "seq-mean-token-sum-norm",
+            "norm_constant": n_rows,
+        }
+        return LosslabConfig("gmpo", params, {}, ("verl divides by every row: C = rows",))
+    if mode == "kl_cov":
+        params = {
+            "kl_cov_ratio": p["kl_cov_ratio"],
+            "kl_coef": p["ppo_kl_coef"],
+            "log_ratio_guard": "none",
+            **red,
+        }
+        return LosslabConfig("kl_cov", params, {})
+    if mode == "clip_cov":
+        params = {
+            "clip_low_threshold": low,
+            "clip_high_threshold": high,
+            "clip_cov_ratio": p["clip_cov_ratio"],
+            "clip_cov_lb": p["clip_cov_lb"],
+            "clip_cov_ub": p["clip_cov_ub"],
+            "log_ratio_guard": "none",
+            "zero_adv": "keep",
+            **red,
+        }
+        return LosslabConfig("clip_cov", params, {}, reason=CLIP_COV_REASON)
     return LosslabConfig(
         None, reason=f"losslab's registry has no {ref.loss_family} loss (verl {mode})"
     )
