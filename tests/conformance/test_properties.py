@@ -244,3 +244,60 @@ def test_the_preflight_phase_runs_the_properties_on_the_arms_own_loss_objects():
     names = [c.name for c in result.checks]
     assert names[:6] == [f"properties.{plan.arms[0].name}.{n}" for n in PROPERTY_CHECKS]
     assert result.record()["properties"]["plan"]["arms_differ"]["passed"] is False
+
+
+# --- declared exceptions to the on-policy and minibatch rules (losses/declarations.py) ---------
+
+
+class _Declared:
+    """`loss` with a declaration whose flags are overridden: the checks read only these."""
+
+    def __init__(self, loss: LossFn, **flags) -> None:
+        self._loss, self.params = loss, loss.params
+        self.declaration = type("Declaration", (), {"reduction": "sum", **flags})()
+
+    def __call__(self, batch, **counts):
+        return self._loss(batch, **counts)
+
+
+def _scaled_pg(scale: float):
+    return _broken(lambda batch, nt, ns: scale * _pg_T(pack(batch)).sum())
+
+
+def test_a_declared_constant_normaliser_allows_one_positive_factor_and_reports_it():
+    # Dr. GRPO divides by its own C: −A·m·w / C passes with C measured (here 1/256 = TRL's
+    # default max_completion_length), a sign flip or a zero gradient still fails
+    result = on_policy_gradient(_Declared(_scaled_pg(1 / 256), constant_normaliser=True), SET_A)
+    assert result.passed and result.measured["constant_factor"] == pytest.approx(1 / 256)
+    flipped = on_policy_gradient(_Declared(_scaled_pg(-1 / 256), constant_normaliser=True), SET_A)
+    assert not flipped.passed
+    nothing = on_policy_gradient(_Declared(_scaled_pg(0.0), constant_normaliser=True), SET_A)
+    assert not nothing.passed
+    assert not on_policy_gradient(_Declared(_scaled_pg(1 / 256)), SET_A).passed  # undeclared
+
+
+def test_declared_detached_tokens_are_judged_on_the_kept_ones_and_capped_at_half():
+    def detach_first(fraction: float):
+        def per_token(batch, nt, ns):
+            t = pack(batch)
+            cut = torch.arange(len(t.mask_T)) < int(fraction * len(t.mask_T))
+            lp = torch.where(cut, t.logprobs_T.detach(), t.logprobs_T)
+            return (-t.advantages_T * torch.exp(lp - t.sampler_logprobs_T) * t.mask_T).sum()
+
+        return _Declared(_broken(per_token), detaches_tokens=True)
+
+    few = on_policy_gradient(detach_first(0.05), SET_A)
+    assert few.passed and few.measured["detached_tokens"] > 0
+    assert not on_policy_gradient(detach_first(0.9), SET_A).passed  # the loss did almost nothing
+
+
+def test_a_batch_scoped_loss_must_refuse_a_minibatch():
+    def refuses(batch, nt, ns):
+        t = pack(batch)
+        if nt is not None and nt > float(t.mask_T.sum()):
+            raise ValueError("batch-scoped: called on a part of its batch")
+        return _pg_T(t).sum()
+
+    assert minibatch_invariance(_Declared(_broken(refuses), batch_scope="batch"), SET_A).passed
+    silent = _Declared(_broken(lambda b, nt, ns: _pg_T(pack(b)).sum()), batch_scope="batch")
+    assert not minibatch_invariance(silent, SET_A).passed

@@ -396,7 +396,9 @@ def test_a_gate_check_the_pinned_code_cannot_feed_is_refused_when_built(
     root, commit = verl_style_repo
     plan = _verl_plan(tmp_path, commit, "clip_ratio=0.2", clip_gate=True)
     assert check_plan_file(plan).ok  # the pinned source is not had at plan check
-    with pytest.raises(PreflightError, match="'grpo_clip_fraction' reads 'loss/clip_fraction'"):
+    with pytest.raises(
+        PreflightError, match="'grpo_clip_fraction' reads 'loss/clip_fraction_nonzero_adv'"
+    ):
         run_preflight(plan, sources={"verl-project/verl": root}, offline=True)
 
 
@@ -472,7 +474,10 @@ def test_run_source_reads_the_pinned_loss_from_the_checkout(
         _ = DefaultComponents(plan, "local").losses
     comp = DefaultComponents(plan, "local", sources={"verl-project/verl": root})
     assert comp.losses["grpo_seed0"].code["obtained"] == f"checkout {root}"
-    result = preflight.run(SimpleNamespace(comp=comp))
+    logged: list[str] = []
+    result = preflight.run(SimpleNamespace(comp=comp, log=logged.append))
+    # the plan's references were not given a checkout: the phase says so on the console
+    assert logged and all("pinned source NOT executed" in line for line in logged)
     code = result.artifact["paths"][0]["implementation"]["baseline"]["code"]
     assert code["commit"] == commit and code["obtained"] == f"checkout {root}"
     res = runner.invoke(

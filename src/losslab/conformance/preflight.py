@@ -541,6 +541,13 @@ def run_preflight(
             )
         except (RevisionError, PinnedSourceError, UserLossError) as err:
             raise PreflightError(f"correctness_preflight path {path.id!r}: {err}") from err
+    if losses is None:  # the objects the paths were checked with: pinned code from `sources`
+        from losslab.conformance.arm_losses import arm_losses
+
+        try:
+            losses = arm_losses(plan, sources=sources, offline=offline)
+        except UserLossError as err:
+            raise PreflightError(f"property checks: {err}") from err
     properties = plan_properties(plan, losses, fixture=fixture, stress=stress_fixture)
     named = {
         parse_revision(getattr(p, key)).repo

@@ -88,11 +88,22 @@ def declared_reduction(loss: LossLike) -> str:
     params = getattr(loss, "params", None) or {}
     if "reduction" in params:
         return str(params["reduction"])
+    return str(getattr(_declaration(loss), "reduction", None) or "sum")
+
+
+def _declaration(loss: LossLike) -> Any:
+    """The loss's registry declaration, or None (code that is not a registry loss)."""
     try:
-        declaration = getattr(loss, "declaration", None)
+        return getattr(loss, "declaration", None)
     except ValueError:  # a LossFn whose name is not a registry name
-        declaration = None
-    return str(getattr(declaration, "reduction", None) or "sum")
+        return None
+
+
+def _global_factor(got: np.ndarray, want: np.ndarray) -> float:
+    """The least-squares s in got ≈ s·want (0 when `want` is 0): a loss that divides by a
+    constant of its own matches its reduction's gradient up to this one factor."""
+    denominator = float(want @ want)
+    return float(got @ want) / denominator if denominator else 0.0
 
 
 def _reads_policy_inputs(loss: LossLike) -> bool:
@@ -197,6 +208,8 @@ def minibatch_invariance(loss: LossLike, fixture: Fixture) -> PropertyResult:
     batch's (the reduction is linear in the datums once the counts are global)."""
     tensors = _tensors(fixture)
     counts = _global_counts(loss, tensors)
+    if getattr(_declaration(loss), "batch_scope", "token") == "batch":
+        return _refuses_minibatches(loss, tensors, counts)
     full = _evaluate(loss, tensors, **counts)
     bounds = np.linspace(0, len(tensors["logprobs_D"]), N_MINIBATCHES + 1).astype(int)
     value, grad_D = 0.0, []
@@ -210,6 +223,34 @@ def minibatch_invariance(loss: LossLike, fixture: Fixture) -> PropertyResult:
         full,
         f"{N_MINIBATCHES} minibatches with the full batch's counts do not add up to the batch "
         f"under reduction {declared_reduction(loss)!r}",
+    )
+
+
+def _refuses_minibatches(
+    loss: LossLike, tensors: dict[str, list[torch.Tensor]], counts: dict[str, Any]
+) -> PropertyResult:
+    """A batch-scoped loss (M2PO, the Cov losses: a statistic of the whole batch picks the
+    mask) cannot be split; it must refuse a minibatch called with the full batch's counts
+    rather than silently compute another algorithm."""
+    n = len(tensors["logprobs_D"])
+    part = {k: v[: max(n // N_MINIBATCHES, 1)] for k, v in tensors.items()}
+    try:
+        _evaluate(loss, part, **counts)
+    except ValueError as exc:
+        return PropertyResult(
+            "minibatch_invariance",
+            True,
+            {"refused_minibatch": True},
+            "batch-scoped: refuses a minibatch",
+            f"batch-scoped loss refuses a minibatch, as declared ({exc})",
+        )
+    return PropertyResult(
+        "minibatch_invariance",
+        False,
+        {"refused_minibatch": False},
+        "batch-scoped: refuses a minibatch",
+        "declared batch-scoped but computed a minibatch with the full batch's counts: a "
+        "gradient-accumulation split would silently run another algorithm",
     )
 
 
@@ -348,11 +389,26 @@ def on_policy_gradient(loss: LossLike, fixture: Fixture) -> PropertyResult:
         params.get("norm_constant"),
     )
     reads = _reads_policy_inputs(loss)
+    declaration = _declaration(loss)
+    if getattr(declaration, "sequence_ratio", False):  # GMPO: 1/|o| from the geometric mean
+        w_D = [w / max(n, 1) for w, n in zip(w_D, _loss_tokens_D(tensors), strict=True)]
     want_D = [
         -(a.numpy() if reads else 1.0) * m.numpy() * w
         for a, m, w in zip(tensors["advantages_D"], tensors["mask_D"], w_D, strict=True)
     ]
+    factor = 1.0
+    if getattr(declaration, "constant_normaliser", False):  # Dr. GRPO's C: one global factor
+        factor = _global_factor(np.concatenate(grad_D), np.concatenate(want_D))
+        want_D = [w * factor for w in want_D]
+    detached = 0
+    if getattr(declaration, "detaches_tokens", False):  # Clip-Cov: judged on the kept tokens
+        got, want = np.concatenate(grad_D), np.concatenate(want_D)
+        cut = (got == 0) & (want != 0)
+        detached = int(cut.sum())
+        grad_D = [np.where((g == 0) & (w != 0), w, g) for g, w in zip(grad_D, want_D, strict=True)]
     ok, err = _close(np.concatenate(grad_D), np.concatenate(want_D))
+    loss_tokens = int(sum(_loss_tokens_D(tensors)))
+    ok = ok and factor > 0 and 2 * detached < max(loss_tokens, 1)
     first = None if ok else _first_outside(grad_D, want_D)
     what = "−A·m·w" if reads else "−m·w"
     note = "equals the on-policy policy gradient"
@@ -365,10 +421,19 @@ def on_policy_gradient(loss: LossLike, fixture: Fixture) -> PropertyResult:
         )
         if first:
             note += f"; first differing token: datum {first[0]} token {first[1]}"
+    if factor != 1.0:
+        note += f" (times the loss's own constant factor {factor:.4g})"
+    if detached:
+        note += f"; {detached} of {loss_tokens} loss tokens detached by the loss, as declared"
     return PropertyResult(
         "on_policy_gradient",
         ok,
-        {"gradient_max_abs_error": err, "reduction": reduction},
+        {
+            "gradient_max_abs_error": err,
+            "reduction": reduction,
+            "constant_factor": factor,
+            "detached_tokens": detached,
+        },
         f"{what}, rtol {RTOL:g}, atol {ATOL:g}",
         note,
     )

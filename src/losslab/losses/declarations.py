@@ -201,6 +201,18 @@ class LossDeclaration:
     the full batch; "batch": a statistic over the whole optimizer batch (M2PO's second moment,
     the Cov losses' top-k) decides the mask, so `loss_function` refuses global counts larger
     than the batch it is given (a gradient-accumulation split would run another algorithm)."""
+    sequence_ratio: bool = False
+    """The per-token term goes through a sequence-level ratio of the token ratios' geometric
+    mean (GMPO), so at ratio 1 each token's gradient carries an extra 1/|o| beyond the
+    reduction's weight (the preflight's `on_policy_gradient` property reads it)."""
+    constant_normaliser: bool = False
+    """The loss divides by a constant of its own (Dr. GRPO's C): at ratio 1 its gradient is the
+    reduction's −A·m·w times one positive factor, which `on_policy_gradient` measures and
+    reports instead of requiring 1."""
+    detaches_tokens: bool = False
+    """The loss stops the gradient of some tokens whatever the ratio (Clip-Cov's covariance-
+    selected tokens): `on_policy_gradient` then holds the other tokens to −A·m·w and reports how
+    many were detached (fewer than half, else the loss did nothing)."""
     defaults: dict[str, Any] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -261,12 +273,15 @@ def declare(
     reads_policy_inputs: bool = True,
     reduction: Reduction = "sum",
     batch_scope: BatchScope = "token",
+    sequence_ratio: bool = False,
+    constant_normaliser: bool = False,
+    detaches_tokens: bool = False,
 ) -> LossDeclaration:
     """Declare and register the loss `name` (the module docstring shows a call).
 
     `reduction` is the default of its `reduction` parameter (Tinker's built-ins: "sum"; the
-    field's losses: their paper's aggregation, e.g. DAPO's "token-mean"); `batch_scope` see
-    `LossDeclaration.batch_scope`.
+    field's losses: their paper's aggregation, e.g. DAPO's "token-mean"); `batch_scope`,
+    `sequence_ratio`, `constant_normaliser` and `detaches_tokens` see `LossDeclaration`.
 
     Raises:
         ValueError: the name is taken, a parameter is a reduction one, or a default is outside
@@ -287,6 +302,9 @@ def declare(
         rules=tuple(rules),
         reads_policy_inputs=reads_policy_inputs,
         batch_scope=batch_scope,
+        sequence_ratio=sequence_ratio,
+        constant_normaliser=constant_normaliser,
+        detaches_tokens=detaches_tokens,
     )
     declaration.resolve(declaration.defaults)  # defaults must satisfy their domains and rules
     LOSSES[name] = declaration
@@ -501,6 +519,7 @@ DR_GRPO = declare(
     extra_metrics=("dr_grpo/constant",),
     rules=(_ORDERED_BOUNDS, _dr_grpo_prompt_length),
     reduction="seq-mean-token-sum",
+    constant_normaliser=True,
 )
 
 DAPO = declare(
@@ -581,6 +600,7 @@ GMPO = declare(
     },
     extra_metrics=("gmpo/seq_ratio_mean",),
     reduction="seq-mean-token-sum",
+    sequence_ratio=True,
 )
 
 KL_COV = declare(
@@ -611,6 +631,7 @@ CLIP_COV = declare(
     extra_metrics=("clip_cov/selected_fraction",),
     rules=(_ORDERED_BOUNDS, ordered("clip_cov_lb", "clip_cov_ub")),
     reduction="token-mean",
+    detaches_tokens=True,
     batch_scope="batch",
 )
 

@@ -534,9 +534,11 @@ class _Runner:
             self.console.log(f"{arm}: continuing from checkpoint step {ck.step}")
         setup_s = time.perf_counter() - t_setup
         try:
-            with self.console.steps(arm, start, until) as bar:
+            # a redone pilot of an arm already past it (its diagnostics file was damaged) trains
+            # nothing: `before_close` times the newest checkpoint's weights
+            with self.console.steps(arm, min(start, until), until) as bar:
                 # the engine's one arm loop; after each step: checkpoint, then metrics.jsonl
-                for row in train_steps(trainer, start, until, arm=arm):
+                for row in train_steps(trainer, min(start, until), until, arm=arm):
                     i = row["step"]
                     row.update(self._efficiency_eval(arm, trainer, i + 1))
                     rows.append(row)
