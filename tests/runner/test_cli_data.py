@@ -263,3 +263,20 @@ def test_prompts_that_fit_are_checked_once_at_start(tmp_path: Path) -> None:
     assert components._prompts_checked is False
     components.check_prompts()
     assert components._prompts_checked is True
+
+
+def test_on_tinker_the_start_check_makes_no_service_call(tmp_path: Path) -> None:
+    """Tinker lists the model's context only over the network: the start-of-run check leaves it
+    to the first training client (make_trainer) and creates no service client before the run
+    directory exists."""
+    from losslab.backends.local.tiny import make_tiny_model_dir
+    from losslab.runner.components import DefaultComponents
+
+    plan = _gsm8k_tiny_plan(tmp_path, n_eval=2)
+    doc = json.loads(plan.read_text())
+    doc["engine"]["local_base_model"] = str(make_tiny_model_dir(tmp_path / "tiny"))
+    plan.write_text(json.dumps(doc))
+    components = DefaultComponents(plan, "tinker", data=_data_dir(tmp_path))
+    components.check_prompts()
+    assert components._prompts_checked is False
+    assert "service" not in components.__dict__  # the cached_property was never evaluated
