@@ -78,7 +78,9 @@ def test_registry_has_the_registered_frameworks() -> None:
         "prime_rl",
         "spindle",
         "tinker",
+        "trl",
     }
+    assert framework_for("huggingface/trl", "GRPOTrainer._compute_loss").name == "trl"
     assert framework_for("NovaSky-AI/SkyRL", "dppo_policy_loss").name == "skyrl"
     assert framework_for("NovaSky-AI/SkyRL", "gspo_policy_loss").name == "skyrl_registry"
     assert framework_for("verl-project/verl", "compute_policy_loss_gspo").name == "verl_registry"
