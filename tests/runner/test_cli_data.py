@@ -195,8 +195,8 @@ def test_a_prompt_longer_than_the_models_context_is_refused_naming_the_item(
     with the tiny model's real tokenizer (model_max_length 512, losslab.backends.local.tiny)
     and chat template, as `make_trainer` does for its first trainer."""
     from losslab.backends.local.tiny import make_tiny_tokenizer
-    from losslab.runner.components import check_prompt_lengths, model_context
     from losslab.runner.errors import DataError
+    from losslab.runner.task_data import check_prompt_lengths, model_context
     from losslab.tasks.base import ChatRenderer
 
     tokenizer = make_tiny_tokenizer()

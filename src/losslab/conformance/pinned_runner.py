@@ -79,16 +79,15 @@ def _load(payload: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return spaces
 
 
-class _Config:
-    """Attribute-and-`.get` config standing in for a framework's config object; nested dicts
-    become nested configs (SkyRL's `config.dppo.delta_low`)."""
+class Config:
+    """Attribute-and-`.get` config standing in for a framework's config object (`rt.Config`, and
+    the `config` of a researcher's verl-layout loss, `conformance.user_loss`); nested dicts
+    become nested configs (SkyRL's `config.dppo.delta_low`), verl's batch info stays a dict."""
 
     def __init__(self, fields: dict[str, Any]) -> None:
         for key, value in fields.items():
             self.__dict__[key] = (
-                _Config(value)
-                if isinstance(value, dict) and key != ("global_batch_info")
-                else value
+                Config(value) if isinstance(value, dict) and key != ("global_batch_info") else value
             )
 
     def get(self, key: str, default: Any = None) -> Any:
@@ -149,7 +148,7 @@ def _padded_outputs(run: Any, seqs: list[dict[str, Any]]) -> dict[str, Any]:
 
 RUNTIME = types.SimpleNamespace(
     pad=_pad,
-    Config=_Config,
+    Config=Config,
     call=_call,
     first=_first,
     split=_split,

@@ -279,15 +279,9 @@ def padding_invariance(loss: LossLike, fixture: Fixture) -> PropertyResult:
         base,
         f"{PAD_TOKENS} masked tokens per datum changed the loss",
     )
-    if result.passed and np.any(np.abs(padding) > ATOL):
-        return PropertyResult(
-            result.name,
-            False,
-            {**result.measured, "padding_gradient_max_abs": float(np.max(np.abs(padding)))},
-            result.bound,
-            "masked padding tokens received a gradient",
-        )
-    return result
+    return _no_gradient_on(
+        result, padding, "padding_gradient_max_abs", "masked padding tokens received a gradient"
+    )
 
 
 def mask_equals_removal(loss: LossLike, fixture: Fixture) -> PropertyResult:
@@ -315,14 +309,19 @@ def mask_equals_removal(loss: LossLike, fixture: Fixture) -> PropertyResult:
         r,
         "a masked token still counts (in the sum or in a denominator)",
     )
-    if result.passed and np.any(np.abs(dropped) > ATOL):
-        return PropertyResult(
-            result.name,
-            False,
-            {**result.measured, "masked_gradient_max_abs": float(np.max(np.abs(dropped)))},
-            result.bound,
-            "a masked token received a gradient",
-        )
+    return _no_gradient_on(
+        result, dropped, "masked_gradient_max_abs", "a masked token received a gradient"
+    )
+
+
+def _no_gradient_on(
+    result: PropertyResult, grad: np.ndarray, key: str, note: str
+) -> PropertyResult:
+    """`result`, failed with `note` (and the largest |gradient| as `key`) when it passed but
+    `grad`, the gradient on tokens that must not count, exceeds `ATOL` anywhere."""
+    if result.passed and np.any(np.abs(grad) > ATOL):
+        measured = {**result.measured, key: float(np.max(np.abs(grad)))}
+        return PropertyResult(result.name, False, measured, result.bound, note)
     return result
 
 
@@ -445,6 +444,17 @@ def _relative_difference(a_D: list[np.ndarray], b_D: list[np.ndarray]) -> float:
     return float(np.max(np.abs(a - b))) / scale
 
 
+def _gradients_differ(
+    names: tuple[str, str], a_D: list[np.ndarray], b_D: list[np.ndarray], passed: str, failed: str
+) -> PropertyResult:
+    """Property `names[0]`: the relative gradient difference (measured as `names[1]`) of `a_D`
+    and `b_D` exceeds `DIFFER_MIN`; `passed` is the note when it does, `failed` otherwise."""
+    diff = _relative_difference(a_D, b_D)
+    ok = diff > DIFFER_MIN
+    name, key = names
+    return PropertyResult(name, ok, {key: diff}, f"> {DIFFER_MIN:g}", passed if ok else failed)
+
+
 def reads_anchor_logprobs(loss: LossLike, fixture: Fixture) -> PropertyResult | None:
     """On a stale batch, lowering the sampler and old log-probs by `ANCHOR_SHIFT` on the loss
     tokens (the ratio grows by e^0.5) changes the gradient of a loss that reads them. None for a
@@ -460,16 +470,12 @@ def reads_anchor_logprobs(loss: LossLike, fixture: Fixture) -> PropertyResult | 
         ]
     _, base_D = _evaluate(loss, tensors)
     _, moved_D = _evaluate(loss, shifted)
-    diff = _relative_difference(base_D, moved_D)
-    ok = diff > DIFFER_MIN
-    return PropertyResult(
-        "reads_anchor_logprobs",
-        ok,
-        {"relative_gradient_change": diff},
-        f"> {DIFFER_MIN:g}",
-        "the gradient follows the sampler/old log-probs"
-        if ok
-        else "moving the sampler and old log-probs left the gradient unchanged: the ratio is "
+    return _gradients_differ(
+        ("reads_anchor_logprobs", "relative_gradient_change"),
+        base_D,
+        moved_D,
+        "the gradient follows the sampler/old log-probs",
+        "moving the sampler and old log-probs left the gradient unchanged: the ratio is "
         "not taken against them (a ratio of 1 by construction)",
     )
 
@@ -479,16 +485,12 @@ def arms_differ(baseline: LossLike, treatment: LossLike, fixture: Fixture) -> Pr
     tensors = _tensors(fixture)
     _, base_D = _evaluate(baseline, tensors)
     _, treat_D = _evaluate(treatment, tensors)
-    diff = _relative_difference(base_D, treat_D)
-    ok = diff > DIFFER_MIN
-    return PropertyResult(
-        "arms_differ",
-        ok,
-        {"relative_gradient_difference": diff},
-        f"> {DIFFER_MIN:g}",
-        "the arms' gradients differ"
-        if ok
-        else "the treatment's per-token gradient equals the baseline's: the arms do not differ "
+    return _gradients_differ(
+        ("arms_differ", "relative_gradient_difference"),
+        base_D,
+        treat_D,
+        "the arms' gradients differ",
+        "the treatment's per-token gradient equals the baseline's: the arms do not differ "
         "in their loss",
     )
 

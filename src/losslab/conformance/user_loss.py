@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 
 from losslab.callspec import format_call
+from losslab.conformance.pinned_runner import Config
 from losslab.losses.data import TokenData
 from losslab.losses.policy import LossOutput
 from losslab.plan.user_loss import (
@@ -56,22 +57,6 @@ expects (the same setting the verl and Stable-RL reference adapters use)."""
 PINNED_TYPE_STUBS = ("AlgoConfig", "ActorConfig")
 """verl's config classes, which its policy losses name only in annotations and an `isinstance`
 assert: bound to empty classes instead of extracted (their modules pull in the whole trainer)."""
-
-
-class _Config:
-    """The `config` a verl policy loss reads: attributes, `.get(key, default)` and `[key]`."""
-
-    def __init__(self, fields: Mapping[str, Any]) -> None:
-        self.__dict__.update(fields)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.__dict__.get(key, default)
-
-    def __getitem__(self, key: str) -> Any:
-        return self.__dict__[key]
-
-    def __contains__(self, key: str) -> bool:
-        return key in self.__dict__
 
 
 @dataclass(frozen=True)
@@ -158,7 +143,7 @@ class UserLossFn:
             "log_prob": log_prob,
             "advantages": adv,
             "response_mask": mask,
-            "config": _Config(fields),
+            "config": Config(fields),  # attributes, .get(key, default), [key]
             **direct,
         }
         if "loss_agg_mode" in accepted:  # verl's default; with the batch info above, a sum

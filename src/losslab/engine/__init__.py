@@ -9,9 +9,11 @@ from losslab.engine.datums import (
     split_minibatches,
 )
 from losslab.engine.evaluate import (
+    EVAL_PROBE_ITEMS,
     EvalItem,
     accuracy,
     evaluate,
+    evaluate_weights,
     evaluation_result,
     load_eval,
     rows_accuracy,
@@ -48,6 +50,7 @@ from losslab.losses.tinker_adapter import CustomLossFn
 
 __all__ = [
     "ALIGNMENT_ABS_TOL",
+    "EVAL_PROBE_ITEMS",
     "GRAD_NORM",
     "TRAINED_LOSS",
     "ArmConfig",
@@ -62,6 +65,7 @@ __all__ = [
     "assemble_datums",
     "build_datum",
     "evaluate",
+    "evaluate_weights",
     "evaluation_result",
     "group_advantages",
     "group_diversity",

@@ -17,14 +17,21 @@ from losslab.engine.rl import resolve
 from losslab.tasks.base import ChatRenderer, Problem, Task
 
 __all__ = [
+    "EVAL_PROBE_ITEMS",
     "EvalItem",
     "accuracy",
     "evaluate",
+    "evaluate_weights",
     "evaluation_result",
     "load_eval",
     "rows_accuracy",
     "save_eval",
 ]
+
+EVAL_PROBE_ITEMS = 32
+"""Greedy answers timed after the pilot for the feasibility projection. A batching backend's cost
+per item falls with the batch, so a probe of 4 overstated a 64-item evaluation about 4x on CPU;
+32 (one rollout batch's worth) lands within ~1.5x at the cost of one short generation."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +104,14 @@ def evaluate(
                 )
             )
     return items
+
+
+def evaluate_weights(
+    training_client: Any, task: Task, renderer: ChatRenderer, n_items: int, max_tokens: int
+) -> list[EvalItem]:
+    """`evaluate` of a training client's current weights on the first `n_items` test items."""
+    sampler = training_client.save_weights_and_get_sampling_client().result()
+    return evaluate(sampler, task, task.test[:n_items], renderer, max_tokens=max_tokens)
 
 
 def accuracy(items: Sequence[EvalItem]) -> float:

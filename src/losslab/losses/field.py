@@ -422,6 +422,37 @@ def corrected_policy_loss(
     return weight_T * ppo_T, keep_T & ppo_keep_T
 
 
+def corrected_loss(
+    t: PackedTokens,
+    loss: str,
+    anchor: Anchor,
+    level: CorrectionLevel,
+    mode: CorrectionMode,
+    bounds: tuple[float, float],
+    policy: tuple[float, float, Surrogate, ZeroAdvantage],
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(weight [T], loss [T], keep [T], affected [T]) of a rollout-corrected loss: the
+    `correction_weights` within `bounds` = (lower, cap), then `corrected_policy_loss` under them
+    with `policy` = (clip_low_threshold, clip_high_threshold, surrogate, zero_adv)."""
+    lower, cap = bounds
+    weight_T, keep_T, affected_T = correction_weights(
+        t, anchor=anchor, level=level, mode=mode, lower=lower, cap=cap, loss=loss
+    )
+    clip_low, clip_high, surrogate, zero_adv = policy
+    loss_T, keep_T = corrected_policy_loss(
+        t,
+        weight_T,
+        keep_T,
+        anchor=anchor,
+        clip_low_threshold=clip_low,
+        clip_high_threshold=clip_high,
+        surrogate=surrogate,
+        zero_adv=zero_adv,
+        loss=loss,
+    )
+    return weight_T, loss_T, keep_T, affected_T
+
+
 @loss_function(declared.ROLLOUT_CORRECTION)
 def rollout_correction(
     batch: TokenData,
@@ -445,19 +476,9 @@ def rollout_correction(
     verl's default threshold is 2.0.
     """
     t = pack(batch)
-    weight_T, keep_T, affected_T = correction_weights(
-        t, anchor=anchor, level=level, mode=mode, lower=lower, cap=cap, loss="rollout_correction"
-    )
-    loss_T, keep_T = corrected_policy_loss(
-        t,
-        weight_T,
-        keep_T,
-        anchor=anchor,
-        clip_low_threshold=clip_low_threshold,
-        clip_high_threshold=clip_high_threshold,
-        surrogate=surrogate,
-        zero_adv=zero_adv,
-        loss="rollout_correction",
+    policy = (clip_low_threshold, clip_high_threshold, surrogate, zero_adv)
+    weight_T, loss_T, keep_T, affected_T = corrected_loss(
+        t, "rollout_correction", anchor, level, mode, (lower, cap), policy
     )
     on_T = t.loss_T
     n = int(on_T.sum())
@@ -487,19 +508,9 @@ def icepop(
     the ratio pair: "sampler" k = π_θ/π_s (prime-rl, rllm), "recomputed" k = π_o/π_s with a PPO
     ratio π_θ/π_o (Ring-1T, AReaL's proximal/behave)."""
     t = pack(batch)
-    weight_T, keep_T, masked_T = correction_weights(
-        t, anchor=anchor, level="token", mode="mask", lower=low, cap=high, loss="icepop"
-    )
-    loss_T, keep_T = corrected_policy_loss(
-        t,
-        weight_T,
-        keep_T,
-        anchor=anchor,
-        clip_low_threshold=clip_low_threshold,
-        clip_high_threshold=clip_high_threshold,
-        surrogate=surrogate,
-        zero_adv=zero_adv,
-        loss="icepop",
+    policy = (clip_low_threshold, clip_high_threshold, surrogate, zero_adv)
+    _, loss_T, keep_T, masked_T = corrected_loss(
+        t, "icepop", anchor, "token", "mask", (low, high), policy
     )
     extra = {"icepop/mask_fraction": _share(t, masked_T)}
     return TokenLoss(t, loss_T, keep_T, t.sampler_logprobs_T, extra)

@@ -180,18 +180,7 @@ def parse_user_loss(text: str, base_dir: Path | None = None) -> UserLossRef:
     if match:
         file = (base / match["path"]).resolve()
         function, kwargs = _call(text, match["call"])
-        source = _read(text, file)
-        info = inspect_source(source, function, str(file), kwargs)
-        return UserLossRef(
-            "file",
-            text,
-            function,
-            kwargs,
-            file=str(file),
-            sha256=hashlib.sha256(source.encode("utf-8")).hexdigest(),
-            git=git_state(file),
-            signature=info,
-        )
+        return _source_ref("file", text, function, kwargs, file)
     match = _MODULE.fullmatch(text)
     if match:
         function, kwargs = _call(text, match["call"])
@@ -202,22 +191,29 @@ def parse_user_loss(text: str, base_dir: Path | None = None) -> UserLossRef:
                 f"sys.path, in the plan's folder {base} or the current directory); expected "
                 "package.module:function(...)"
             )
-        source = _read(text, file)
-        info = inspect_source(source, function, str(file), kwargs)
-        return UserLossRef(
-            "module",
-            text,
-            function,
-            kwargs,
-            file=str(file),
-            module=match["module"],
-            sha256=hashlib.sha256(source.encode("utf-8")).hexdigest(),
-            git=git_state(file),
-            signature=info,
-        )
+        return _source_ref("module", text, function, kwargs, file, module=match["module"])
     raise UserLossError(
         f"loss {text!r} is not a loss named as code; expected path/file.py::function(k=v, ...), "
         "package.module:function(k=v, ...) or owner/repo@<40-hex commit>:path.py::function(...)"
+    )
+
+
+def _source_ref(
+    kind: str, text: str, function: str, kwargs: dict[str, Any], file: Path, **where: str
+) -> UserLossRef:
+    """A file or module loss: its source read, hashed, its git state and its signature
+    inspected where it lies (`where`: the module name of a module loss)."""
+    source = _read(text, file)
+    return UserLossRef(
+        kind,
+        text,
+        function,
+        kwargs,
+        file=str(file),
+        sha256=hashlib.sha256(source.encode("utf-8")).hexdigest(),
+        git=git_state(file),
+        signature=inspect_source(source, function, str(file), kwargs),
+        **where,
     )
 
 

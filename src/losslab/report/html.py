@@ -11,6 +11,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from losslab.report.cells import cell
 from losslab.report.pilot import pilot_section
 
 _CSS = """
@@ -51,22 +52,8 @@ _SCRIPT = """
 """
 
 
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    if isinstance(value, dict):  # "key value, ..." with numbers formatted, never raw JSON
-        return ", ".join(f"{k} {_fmt(v)}" for k, v in value.items())
-    if isinstance(value, list):
-        return "[" + ", ".join(_fmt(v) for v in value) + "]"
-    return str(value)
-
-
 def _cell(value: Any) -> str:
-    return f"<td>{escape(_fmt(value))}</td>"
+    return f"<td>{escape(cell(value))}</td>"
 
 
 def _passed_cell(passed: Any) -> str:
@@ -227,7 +214,7 @@ def _ci_text(ci: Any) -> str:
         and all(isinstance(x, int | float) for x in ci)
     ):
         return f"[{ci[0]:+.4f}, {ci[1]:+.4f}]"
-    return _fmt(ci)
+    return cell(ci)
 
 
 def _secondary_table(secondary: dict[str, Any]) -> str:
@@ -255,7 +242,7 @@ def _verdict(verdict: dict[str, Any] | None) -> str:
             "decision rule.</p>"
         )
     headline = verdict.get("verdict")
-    body = f'<p class="verdict" id="verdict-text">Verdict: {escape(_fmt(headline))}</p>'
+    body = f'<p class="verdict" id="verdict-text">Verdict: {escape(cell(headline))}</p>'
     if verdict.get("statement"):
         body += f"<p>{escape(str(verdict['statement']))}</p>"
     crit = verdict.get("criterion") if isinstance(verdict.get("criterion"), dict) else {}
@@ -263,7 +250,7 @@ def _verdict(verdict: dict[str, Any] | None) -> str:
     arms = crit.get("arms") if isinstance(crit.get("arms"), dict) else {}
     facts: dict[str, Any] = {
         "estimate": verdict.get("estimate"),
-        f"{_fmt(verdict.get('confidence'))} interval": _ci_text(verdict.get("ci")),
+        f"{cell(verdict.get('confidence'))} interval": _ci_text(verdict.get("ci")),
         "method": verdict.get("method"),
         "items (n)": verdict.get("n"),
         "half-width": verdict.get("half_width"),
@@ -429,9 +416,9 @@ def _seeds(verdict: dict[str, Any]) -> str:
         body += (
             '<h3 id="pooled">Pooled over seeds (reported, not deciding)</h3>'
             f'<p id="pooled-text">{escape(str(pooled.get("method")))}: estimate '
-            f"{_fmt(pooled.get('estimate'))}, {_fmt(1 - float(pooled.get('alpha', 0.05)))} "
-            f"interval {_ci_text(pooled.get('ci'))} (t with {_fmt(det.get('df'))} df, se "
-            f"{_fmt(det.get('se'))}, {_fmt(det.get('seeds'))} seeds x {_fmt(det.get('items'))} "
+            f"{cell(pooled.get('estimate'))}, {cell(1 - float(pooled.get('alpha', 0.05)))} "
+            f"interval {_ci_text(pooled.get('ci'))} (t with {cell(det.get('df'))} df, se "
+            f"{cell(det.get('se'))}, {cell(det.get('seeds'))} seeds x {cell(det.get('items'))} "
             f"items){escape('; ' + pooled['note'] if pooled.get('note') else '')}.</p>"
             f"<p class='muted'>{escape(str(pooled.get('why') or ''))}</p>"
         )
@@ -538,7 +525,7 @@ def _flipped(groups: list[dict[str, Any]] | None) -> str:
                     f'<details class="flip" data-item="{escape(str(it["id"]))}"><summary>'
                     f"<code>{escape(str(it['id']))}</code> {escape(short)}</summary>"
                     f"<p><b>Question:</b> {escape(question) or '—'}</p>"
-                    f"<p><b>Reference answer:</b> <code>{escape(_fmt(it.get('answer')))}</code></p>"
+                    f"<p><b>Reference answer:</b> <code>{escape(cell(it.get('answer')))}</code></p>"
                     f"<table>{''.join(rows)}</table></details>"
                 )
             out.append("</details>")
@@ -611,7 +598,7 @@ def _rehearsal_banner(r: dict[str, Any]) -> str:
     cost = r.get("cost_projection") or {}
     lines = cost.get("lines") if cost.get("available") else [f"not available: {cost.get('reason')}"]
     items = "".join(
-        f"<li>{escape(k)}: {escape(_fmt(v))}</li>"
+        f"<li>{escape(k)}: {escape(cell(v))}</li>"
         for k, v in (
             ("model", model.get("architecture")),
             ("layers", f"{model.get('num_hidden_layers')} {model.get('layer_types')}"),
@@ -661,7 +648,7 @@ def render_html(facts: dict[str, Any], images: dict[str, tuple[str, str]]) -> st
         items = "".join(
             f"<li><code>{escape(k)}</code>: "
             + ", ".join(
-                f"{escape(str(a))} = <code>{escape(_fmt(v))}</code>" for a, v in vals.items()
+                f"{escape(str(a))} = <code>{escape(cell(v))}</code>" for a, v in vals.items()
             )
             + "</li>"
             for k, vals in switch.items()

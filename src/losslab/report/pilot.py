@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from losslab.artifacts import read_object
+from losslab.report.cells import cell
 
 DIAGNOSTICS_FILE = Path("pilot") / "diagnostics.json"
 
@@ -26,17 +27,7 @@ def pilot_diagnostics_facts(run_dir: Path) -> dict[str, Any] | None:
 
 
 def _fmt(value: Any) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, list):
-        return ", ".join(_fmt(v) for v in value)
-    if isinstance(value, dict):
-        return ", ".join(f"{k} {_fmt(v)}" for k, v in value.items())
-    return str(value)
+    return cell(value, digits=4, list_brackets=False)  # a diagnostics row: short, unbracketed
 
 
 def _table(header: list[str], rows: list[list[Any]], table_id: str) -> str:

@@ -61,23 +61,35 @@ def holder(root: Path) -> str:
     return text or "an unknown process"
 
 
+def open_regular(path: Path, flags: int, on_link: Exception, on_other: Exception) -> int:
+    """`os.open(path, flags)` without following a symbolic link (`on_link` is raised) and
+    refused unless it is a regular file (`on_other`), so a planted link or FIFO is never
+    written through (the lock file, the run's log)."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW, 0o644)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise on_link from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise on_other
+    return fd
+
+
 def _open_lock_file(root: Path, flags: int) -> int:
     """The `.lock` file's descriptor, opened without following a link and without blocking on
     a FIFO; refused unless it is a regular file."""
     path = root / LOCK_NAME
-    try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise RunDirError(
-                f"{path} is a symbolic link; losslab never follows it (the lock would write "
-                "into its target). Remove the link, then run again"
-            ) from None
-        raise
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise RunDirError(f"{path} is not a regular file; remove it, then run again")
-    return fd
+    return open_regular(
+        path,
+        flags | os.O_NONBLOCK,
+        on_link=RunDirError(
+            f"{path} is a symbolic link; losslab never follows it (the lock would write "
+            "into its target). Remove the link, then run again"
+        ),
+        on_other=RunDirError(f"{path} is not a regular file; remove it, then run again"),
+    )
 
 
 def _flock(root: Path, fd: int, mode: int, what: str) -> None:

@@ -42,7 +42,6 @@ import hashlib
 import json
 import os
 import shutil
-import stat
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -51,7 +50,7 @@ from losslab import __version__
 from losslab.artifacts import LEDGER_KEY, find_symlink, ledger_entry, ledger_problem
 from losslab.atomic import atomic_dir, atomic_write_bytes, atomic_write_text
 from losslab.runner.errors import DiskFull, ResumeRefused, RunDirError
-from losslab.runner.lock import LOCK_NAME, RunDirLock, acquire
+from losslab.runner.lock import LOCK_NAME, RunDirLock, acquire, open_regular
 
 MANIFEST_FORMAT = 1
 BASE_MODEL = "base_model"
@@ -86,18 +85,14 @@ def confined(root: Path, path: Path) -> Path:
 def open_log_nofollow(path: Path) -> int:
     """A file descriptor appending to `path` (created if absent), refusing a symlink or a
     non-regular file there, so a planted link never makes the run append into its target."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise PathOutsideRunDir(
-                f"refusing to write {path}: it is a symbolic link; remove it, then resume"
-            ) from None
-        raise
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise PathOutsideRunDir(f"refusing to write {path}: it is not a regular file")
-    return fd
+    return open_regular(
+        path,
+        os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+        on_link=PathOutsideRunDir(
+            f"refusing to write {path}: it is a symbolic link; remove it, then resume"
+        ),
+        on_other=PathOutsideRunDir(f"refusing to write {path}: it is not a regular file"),
+    )
 
 
 def eval_file(arm: str) -> str:

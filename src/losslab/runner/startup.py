@@ -1,16 +1,23 @@
 """Checks of the process environment made when `losslab run` starts, before any file is written:
 a secret too short to redact and a malformed timeout variable are refused naming the variable
-(never its value), instead of failing later as a backend error or corrupting what is written.
+(never its value), instead of failing later as a backend error or corrupting what is written;
+and the record of where a run ran (`environment_record`, manifest.json's `environment`).
 """
 
 from __future__ import annotations
 
+import importlib.metadata as md
 import os
+import platform
+from typing import Any
+
+import torch
 
 from losslab.runner.errors import RunError
 from losslab.runner.rundir import REDACT_MIN_CHARS
 
 API_KEY_ENV = "TINKER_API_KEY"
+VERSIONED = ("torch", "transformers", "peft", "tinker", "numpy", "scipy", "reasoning-gym")
 
 
 class SecretTooShort(RunError):
@@ -68,3 +75,23 @@ def check_start_environment(backend: str) -> None:
     """Every environment check of a run's start (`check_api_key`, `check_timeouts`)."""
     check_api_key(backend)
     check_timeouts(backend)
+
+
+def environment_record(device: str, **run: Any) -> dict[str, Any]:
+    """Python, platform, the `VERSIONED` packages' versions (None: not installed), the backend's
+    `device`, torch's thread count and the CPU count, then the `run` facts (model, task, data)."""
+    versions = {}
+    for pkg in VERSIONED:
+        try:
+            versions[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            versions[pkg] = None
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "versions": versions,
+        "device": device,
+        "torch_threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        **run,
+    }

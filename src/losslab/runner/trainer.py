@@ -7,11 +7,12 @@ the whole state (`runner.checkpoint` adds the RNG states and metrics rows).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import tinker
 
 from losslab.backends.protocols import Backend
@@ -117,6 +118,15 @@ class BackendArmTrainer:
     def close(self) -> None:
         self.client = None
         self.loop.client = None
+
+
+def seed_train_order(train: Sequence[Any], seed: int, task_seed: int) -> list[Any]:
+    """The training problems in the order a unit with `seed` draws them: the task's own order
+    at the task's seed `task_seed`, a permutation of it seeded with `seed` otherwise."""
+    order = list(train)
+    if seed != task_seed:
+        order = [order[i] for i in np.random.default_rng(seed).permutation(len(order))]
+    return order
 
 
 class TrainOrder:
