@@ -40,6 +40,7 @@ FRAMEWORK_MODULES: tuple[str, ...] = (
     "losslab.conformance.frameworks.openrlhf",
     "losslab.conformance.frameworks.prime_rl",
     "losslab.conformance.frameworks.skyrl",
+    "losslab.conformance.frameworks.slime",
     "losslab.conformance.frameworks.skyrl_registry",
     "losslab.conformance.frameworks.spindle",
     "losslab.conformance.frameworks.stable_rl",
