@@ -37,6 +37,7 @@ from losslab.conformance.frameworks.base import (  # noqa: F401 - the protocol, 
 from losslab.plan import Revision, RevisionError
 
 FRAMEWORK_MODULES: tuple[str, ...] = (
+    "losslab.conformance.frameworks.areal",
     "losslab.conformance.frameworks.openrlhf",
     "losslab.conformance.frameworks.prime_rl",
     "losslab.conformance.frameworks.skyrl",

@@ -74,7 +74,8 @@ BATCH_REASON = (
 )
 NO_GUARD_REASON = (
     "guard: slime takes exp(−ppo_kl) bare (no clamp), so a token with log r > 88.7 has an "
-    "infinite ratio (its A < 0 loss is inf, its gradient nan); losslab's ppo clamps the "
+    "infinite ratio (an A < 0 token's loss is inf, the token's gradient nan: 0·inf through "
+    "the clip or dual clip); losslab's ppo clamps the "
     "log-ratio and has no knob to lift it; " + BATCH_REASON
 )
 
@@ -175,7 +176,7 @@ def losslab_config(ref: Any, fixture: Any = None) -> LosslabConfig:
             "ppo", {**clip, "surrogate": "clipped", **red}, {}, reason=NO_GUARD_REASON
         )
     params = {**clip, "clip_ratio_c": p["eps_clip_c"], **red}
-    return LosslabConfig("dual_clip_ppo", params, {}, reason=BATCH_REASON)
+    return LosslabConfig("dual_clip_ppo", params, {}, reason=NO_GUARD_REASON)
 
 
 def call_reference(fn: Any, payload: dict[str, Any], space: dict[str, Any], rt: Any) -> dict:
