@@ -270,7 +270,9 @@ FRAMEWORK = Framework(
         # slime/AReaL/Miles's CISPO: eps offsets from 1, eps_high 4.0 = a cap of 5
         "slime_cispo": _example(PPO_PATH, "compute_cispo_loss", "eps_clip=1.0, eps_clip_high=4.0"),
         # bounds that bind on the fixtures' old/rollout ratios (old = sampler + N(0, 0.3))
-        "slime_tis": _example(TIS_PATH, "vanilla_tis_function", "tis_clip=1.5, tis_clip_low=0.5"),
-        "slime_icepop": _example(TIS_PATH, "icepop_function", "tis_clip=1.25, tis_clip_low=0.8"),
+        # [0.8, 1.25] binds on both sides (a 0.5 lower bound leaves every stress weight above it,
+        # so mutating it would change nothing)
+        "slime_tis": _example(TIS_PATH, "vanilla_tis_function", "tis_clip=1.25, tis_clip_low=0.8"),
+        "slime_icepop": _example(TIS_PATH, "icepop_function", "tis_clip=1.5, tis_clip_low=0.5"),
     },
 )
