@@ -102,6 +102,9 @@ INVISIBLE: dict[tuple[str, str], str] = {
     # the guards act on log s_d, the mean log-ratio of a sequence: the atlas stress fixture's
     # largest is about 2.3 (its +91 token among ~60), below verl's clamp at 10
     ("gspo", "log_ratio_guard"): "needs a sequence whose mean log r exceeds 10",
+    # LUSPO is GSPO's per-token loss under another reduction: the same two limits
+    ("luspo", "level"): "needs per-token advantages",
+    ("luspo", "log_ratio_guard"): "needs a sequence whose mean log r exceeds 10",
 }
 
 

@@ -220,3 +220,63 @@ def test_a_prompt_longer_than_the_models_context_is_refused_naming_the_item(
     short = Gsm8kTask(data=_data_dir(tmp_path / "ok"))
     check_prompt_lengths(renderer, short, context, {"train": 4, "test": 4})  # fits: no error
     check_prompt_lengths(renderer, task, None, {"train": 4, "test": 4})  # unknown: not checked
+
+
+def test_a_too_long_prompt_stops_the_run_before_any_run_directory(tmp_path: Path) -> None:
+    """Issue 25: the prompt-length check ran with the first trainer, after the correctness
+    preflight, restoration and dispatch phases had written their artifacts. With the local
+    backend the tiny model's tokenizer (model_max_length 512, losslab.backends.local.tiny) is read
+    without its weights at run start: exit 2 naming the item and the numbers, and no run
+    directory (so no preflight.json) exists."""
+    from losslab.backends.local.tiny import make_tiny_model_dir
+
+    model = make_tiny_model_dir(tmp_path / "tiny")
+    plan = _gsm8k_tiny_plan(tmp_path, n_eval=2)
+    doc = json.loads(plan.read_text())
+    doc["engine"]["local_base_model"] = str(model)
+    plan.write_text(json.dumps(doc))
+    # 300 four-letter words the byte-level tiny tokenizer spells letter by letter: >> 512 tokens
+    long_row = json.dumps({"question": " ".join(["abcd"] * 300), "answer": "#### 1"}) + "\n"
+    data = _data_dir(tmp_path, long_row)
+    out = tmp_path / "run"
+    r = _cli("run", str(plan), "--data", str(data), "--out", str(out), "-q")
+    assert r.exit_code == 2, r.output
+    assert "test item 2 (id 'gsm8k-test-1'): its prompt is" in r.output
+    assert "beyond the model's context of 512 tokens" in r.output
+    assert "lower engine.max_tokens / engine.eval_max_tokens" in r.output
+    assert not out.exists()  # before: out/preflight.json, restoration.json, dispatch.json
+    assert not (tmp_path / "runs").exists()
+
+
+def test_prompts_that_fit_are_checked_once_at_start(tmp_path: Path) -> None:
+    """The start-of-run check marks the prompts checked, so the first trainer does not tokenize
+    every item again; prompts that fit raise nothing."""
+    from losslab.backends.local.tiny import make_tiny_model_dir
+    from losslab.runner.components import DefaultComponents
+
+    model = make_tiny_model_dir(tmp_path / "tiny")
+    plan = _gsm8k_tiny_plan(tmp_path, n_eval=2)
+    doc = json.loads(plan.read_text())
+    doc["engine"]["local_base_model"] = str(model)
+    plan.write_text(json.dumps(doc))
+    components = DefaultComponents(plan, "local", data=_data_dir(tmp_path))
+    assert components._prompts_checked is False
+    components.check_prompts()
+    assert components._prompts_checked is True
+
+
+def test_on_tinker_the_start_check_makes_no_service_call(tmp_path: Path) -> None:
+    """Tinker lists the model's context only over the network: the start-of-run check leaves it
+    to the first training client (make_trainer) and creates no service client before the run
+    directory exists."""
+    from losslab.backends.local.tiny import make_tiny_model_dir
+    from losslab.runner.components import DefaultComponents
+
+    plan = _gsm8k_tiny_plan(tmp_path, n_eval=2)
+    doc = json.loads(plan.read_text())
+    doc["engine"]["local_base_model"] = str(make_tiny_model_dir(tmp_path / "tiny"))
+    plan.write_text(json.dumps(doc))
+    components = DefaultComponents(plan, "tinker", data=_data_dir(tmp_path))
+    components.check_prompts()
+    assert components._prompts_checked is False
+    assert "service" not in components.__dict__  # the cached_property was never evaluated

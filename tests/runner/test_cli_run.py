@@ -28,6 +28,26 @@ def test_missing_plan_file(tmp_path: Path) -> None:
     assert not (tmp_path / "run").exists()
 
 
+def test_a_plan_that_is_a_fifo_or_a_device_is_refused_as_not_a_regular_file(
+    tmp_path: Path,
+) -> None:
+    """Issue 25: `run` asked `is_file()` first and called a FIFO or /dev/zero "does not exist"
+    (exit 1); the plan reader (losslab.plan.files) now names what it is, without opening a FIFO
+    for reading (that would block) or reading /dev/zero (that never ends): exit 2."""
+    import os
+
+    fifo = tmp_path / "plan.fifo"
+    os.mkfifo(fifo)
+    device = tmp_path / "plan.json"
+    device.symlink_to("/dev/zero")
+    for path, kind in ((fifo, "a FIFO (named pipe)"), (device, "a character device")):
+        r = _invoke("run", str(path), "--out", str(tmp_path / "run"))
+        assert r.exit_code == 2, r.output
+        assert f"plan file {str(path)!r} is {kind}, not a regular file" in r.output
+        assert "does not exist" not in r.output
+        assert not (tmp_path / "run").exists()
+
+
 def test_malformed_plan_json(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text('{"title": "x", ')

@@ -383,6 +383,9 @@ def _source_text(row: Mapping[str, Any]) -> str:
     """The row's provenance in a few words (the JSON keeps the full line)."""
     repo_commit = row["revision"].split(":", 1)[0]
     repo, commit = repo_commit.split("@")
+    if row["executed"] and f"{repo}@{commit}" not in row["provenance"]:
+        # an installed release pinned by its file (TRL): the provenance names the version
+        return row["provenance"].split(" (file sha256", 1)[0]
     if row["executed"]:
         return f"executed pinned source {repo}@{commit[:8]}"
     if row["provenance"].startswith("documented formula"):

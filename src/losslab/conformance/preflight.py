@@ -168,6 +168,14 @@ def _obtain(
         result.source["fallback_reason"] = reason
         return result
 
+    if fw.installed is not None:
+        # an installed release (TRL's trainer method), never git source: --source names it
+        if checkout is None:
+            raise PreflightError(f"revision {ref.revision.text!r}: {fw.unfetchable_reason}")
+        try:
+            return fw.installed(ref, Path(checkout), fixture)
+        except RevisionError as err:
+            raise PreflightError(str(err)) from err
     if checkout is not None:
         try:
             return run_pinned(ref, Path(checkout), fixture)

@@ -11,6 +11,7 @@ phases       -> losslab.runner.phases.PHASES (each phase reads the resources abo
 from __future__ import annotations
 
 import importlib.metadata as md
+import logging
 import os
 import platform
 import time
@@ -41,9 +42,10 @@ from losslab.runner.errors import (
 )
 from losslab.runner.protocols import Phase
 from losslab.runner.trainer import BackendArmTrainer, TrainOrder, arm_config, seed_schedule
-from losslab.stats.cost import cost_vs_pilot, plan_cost
+from losslab.stats.cost import cost_vs_pilot, local_config_and_tokenizer, plan_cost
 from losslab.stats.tinker_cost import load_price_table, plan_price_table, tinker_cost
 from losslab.tasks import make_task
+from losslab.tasks.base import ChatRenderer
 
 EVAL_PROBE_ITEMS = 32
 """Greedy answers timed after the pilot for the feasibility projection. A batching backend's cost
@@ -96,17 +98,25 @@ def check_prompt_lengths(
     context, naming the split, the item and the numbers; before, it failed inside the pilot."""
     if context is None:
         return
-    for split, problems in (("train", task.train), ("test", task.test)):
-        budget = budgets[split]
-        for index, problem in enumerate(problems):
-            n = renderer.build_prompt(task.messages(problem)).length
-            if n + budget > context:
-                raise DataError(
-                    f"{split} item {index + 1} (id {problem.id!r}): its prompt is {n} tokens and "
-                    f"the plan lets the model write {budget} more, {n + budget} in all, beyond "
-                    f"the model's context of {context} tokens; shorten or remove that item, or "
-                    "lower engine.max_tokens / engine.eval_max_tokens"
-                )
+    # transformers warns "Token indices sequence length is longer than the specified maximum"
+    # for such a prompt: that is what this check reports, by item, so its warning is held back
+    quiet = logging.getLogger("transformers.tokenization_utils_base")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        for split, problems in (("train", task.train), ("test", task.test)):
+            budget = budgets[split]
+            for index, problem in enumerate(problems):
+                n = renderer.build_prompt(task.messages(problem)).length
+                if n + budget > context:
+                    raise DataError(
+                        f"{split} item {index + 1} (id {problem.id!r}): its prompt is {n} tokens "
+                        f"and the plan lets the model write {budget} more, {n + budget} in all, "
+                        f"beyond the model's context of {context} tokens; shorten or remove that "
+                        "item, or lower engine.max_tokens / engine.eval_max_tokens"
+                    )
+    finally:
+        quiet.setLevel(level)
 
 
 class DefaultComponents:
@@ -231,15 +241,32 @@ class DefaultComponents:
         if config.seed != self.plan.arms[0].seed:  # a seed replica draws its own training order
             task = TrainOrder(self.task, self.train_order(config.seed))
         loop = ArmLoop(self._create_client(arm), task, config)
-        if not self._prompts_checked:  # the first moment model (tokenizer) and data both exist
-            context = model_context(self.service, self.base_model, loop.renderer.tokenizer)
-            budgets = {
-                "train": self.plan.engine.max_tokens,
-                "test": self.plan.engine.eval_max_tokens,
-            }
-            check_prompt_lengths(loop.renderer, self.task, context, budgets)
-            self._prompts_checked = True
+        if not self._prompts_checked:  # not checked at start: the model's own tokenizer now
+            self._check_prompts(loop.renderer)
         return BackendArmTrainer(self.backend_impl, self.run_tag, arm, loop)
+
+    def check_prompts(self) -> None:
+        """Refuse (DataError, exit 2) a train or test prompt that does not fit the model's
+        context with the tokens the plan lets it write, before any run directory exists: run by
+        `run_plan` as soon as the plan is loaded. Done here when the executed model runs on this
+        machine (the local backend: the tokenizer and config are read without the weights, the
+        context is the in-process service's listing or the tokenizer's) and the data is local
+        too; otherwise (a hub-only task, Tinker, whose context is a network call, a model
+        not on this machine) `make_trainer` checks with the first trainer's tokenizer."""
+        if self._prompts_checked or not self.backend_impl.executes_local_base_model:
+            return
+        if self.data is None and self._task_needs_hub:  # the hub download stays lazy
+            return
+        _, tokenizer = local_config_and_tokenizer(self.base_model)
+        if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+            return  # not on this machine under that name: checked at the first trainer
+        self._check_prompts(ChatRenderer(tokenizer, model_name=self.base_model))
+
+    def _check_prompts(self, renderer: ChatRenderer) -> None:
+        context = model_context(self.service, self.base_model, renderer.tokenizer)
+        budgets = {"train": self.plan.engine.max_tokens, "test": self.plan.engine.eval_max_tokens}
+        check_prompt_lengths(renderer, self.task, context, budgets)
+        self._prompts_checked = True
 
     def executed_config(self, arm: str, trainer: BackendArmTrainer) -> PhaseResult:
         planned = self.plan.adam_config(self.schedule.plan_arm(arm))

@@ -123,7 +123,8 @@ def run_plan(
     with sigterm_as_interrupt():  # a scheduler's SIGTERM unwinds like Ctrl-C
         plan_file = Path(plan_file)
         check_start_environment(backend)  # a short key, a bad timeout: refused before any work
-        if not plan_file.is_file():
+        if not plan_file.exists():  # a FIFO, /dev/zero, a folder: the plan reader refuses
+            # them (exit 2, "not a regular file"; losslab.plan.files) without opening them
             raise RunError(f"plan file {plan_file} does not exist")
         factory = components_factory or _default_factory(data, rehearse, sources)
         components = factory(plan_file, backend)  # validates the plan before any write
@@ -143,6 +144,11 @@ def run_plan(
             for arm, fn in (getattr(components, "losses", None) or {}).items()
             if getattr(fn, "code", None)
         }
+        # each prompt plus the tokens the plan lets the model write must fit the model's
+        # context: checked now that model and data are known, before any run directory (exit 2)
+        check_prompts = getattr(components, "check_prompts", None)
+        if check_prompts is not None:
+            check_prompts()
         run = open_run_dir(
             plan_file,
             out=out,

@@ -201,18 +201,21 @@ def chunk_gated_delta_rule(
     else:
         state = initial_state.to(torch.float32)
     outs = []
-    for u_n, w_n, a_n, qd_n, kd_n, d_n in zip(
-        u.unbind(2),
-        w.unbind(2),
-        intra.unbind(2),
-        q_decayed.unbind(2),
-        k_decayed.unbind(2),
-        chunk_decay.unbind(2),
-        strict=True,
+    for i, (u_n, w_n, a_n, qd_n, kd_n, d_n) in enumerate(
+        zip(
+            u.unbind(2),
+            w.unbind(2),
+            intra.unbind(2),
+            q_decayed.unbind(2),
+            k_decayed.unbind(2),
+            chunk_decay.unbind(2),
+            strict=True,
+        )
     ):
         v_new = u_n - w_n @ state
         outs.append(qd_n @ state + a_n @ v_new)
-        state = state * d_n + kd_n.transpose(-1, -2) @ v_new
+        if i < n - 1 or output_final_state:  # the last update only makes the final state
+            state = state * d_n + kd_n.transpose(-1, -2) @ v_new
     out = torch.stack(outs, dim=2).view(batch, heads, n * chunk_size, dv)[:, :, :length]
     out = out.transpose(1, 2).to(out_dtype, memory_format=torch.contiguous_format)
     return out, state if output_final_state else None
@@ -325,10 +328,15 @@ class LinearTree:
     """What a linear-attention layer needs to run a packed prefix trie: for each flat position
     the flat positions of the `K - 1` tokens before it on its own path and itself
     (`conv_gather_T_K`, the flat length where the path is shorter), and the segments level by
-    level."""
+    level. Most positions' paths are the flat positions just before them, so the conv runs
+    densely over the flat row and only the `conv_fix_F` positions whose path leaves the flat
+    order within the kernel (a segment's first K - 1 tokens under a parent that does not end
+    right before it) are recomputed from their gathers `conv_fix_gather_F_K`."""
 
     conv_gather_T_K: Tensor
     levels: tuple[TreeLevel, ...]
+    conv_fix_F: Tensor
+    conv_fix_gather_F_K: Tensor
 
 
 def build_linear_tree(
@@ -353,6 +361,10 @@ def build_linear_tree(
     for _ in range(kernel - 1):
         columns.append(pred[columns[-1]])
     conv_gather = torch.stack(columns[::-1], dim=1)[:n_flat]
+    # the flat row's own causal window (n_flat before its start: the dense conv's zero pad)
+    window = torch.arange(n_flat)[:, None] - torch.arange(kernel - 1, -1, -1)[None]
+    window = torch.where(window < 0, n_flat, window)
+    fix = (conv_gather != window).any(dim=1).nonzero()[:, 0]
     segments: list[tuple[int, int, int]] = []  # (start, stop, parent segment or -1)
     ending_at: dict[int, int] = {}
     for new, context in units:
@@ -388,7 +400,9 @@ def build_linear_tree(
         if d:
             parents = torch.tensor([slot[segments[s][2]] for s in order], device=device)
         levels.append(TreeLevel(tuple(gathers), tuple(chunks), parents))
-    return LinearTree(conv_gather.to(device), tuple(levels))
+    return LinearTree(
+        conv_gather.to(device), tuple(levels), fix.to(device), conv_gather[fix].to(device)
+    )
 
 
 def _with_zero_row(x_T: Tensor) -> Tensor:
@@ -399,17 +413,26 @@ def tree_causal_conv1d(
     x_1_C_T: Tensor, weight_C_K: Tensor, bias: Tensor | None, activation: str | None, tree
 ) -> Tensor:
     """The causal depthwise conv along each token's own path of the trie: (1, C, T) ->
-    (1, C, T), `out_t = sum_j w_j x_{path(t, j)}` (+ bias, activation)."""
-    x_T1_C = _with_zero_row(x_1_C_T[0].transpose(0, 1).to(weight_C_K.dtype))
-    idx = tree.conv_gather_T_K
-    out_T_C = x_T1_C[idx[:, 0]] * weight_C_K[:, 0]
-    for j in range(1, idx.shape[1]):
-        out_T_C = out_T_C + x_T1_C[idx[:, j]] * weight_C_K[:, j]
-    if bias is not None:
-        out_T_C = out_T_C + bias
+    (1, C, T), `out_t = sum_j w_j x_{path(t, j)}` (+ bias, activation). One dense depthwise
+    `conv1d` over the flat row (right wherever the path is the flat order), then the few
+    positions where it is not (`LinearTree.conv_fix_F`) from their gathered paths: one conv
+    and a small gather instead of K gathers of the whole (T, C) row, forward and backward."""
+    channels, kernel = weight_C_K.shape
+    in_dtype, x_1_C_T = x_1_C_T.dtype, x_1_C_T.to(weight_C_K.dtype)
+    dense_1_C_T = F.conv1d(
+        F.pad(x_1_C_T, (kernel - 1, 0)), weight_C_K[:, None, :], bias, groups=channels
+    )
+    fix_F = tree.conv_fix_F
+    if fix_F.numel():
+        x_T1_C = _with_zero_row(x_1_C_T[0].transpose(0, 1))
+        paths_F_K_C = x_T1_C.index_select(0, tree.conv_fix_gather_F_K.reshape(-1))
+        fixed_F_C = (paths_F_K_C.view(-1, kernel, channels) * weight_C_K.T).sum(dim=1)
+        if bias is not None:
+            fixed_F_C = fixed_F_C + bias
+        dense_1_C_T = dense_1_C_T.index_copy(2, fix_F, fixed_F_C.T[None])
     if activation is not None:
-        out_T_C = _activation(activation)(out_T_C)
-    return out_T_C.to(x_1_C_T.dtype).transpose(0, 1)[None]
+        dense_1_C_T = _activation(activation)(dense_1_C_T)
+    return dense_1_C_T.to(in_dtype)
 
 
 def tree_gated_delta_rule(
@@ -431,7 +454,8 @@ def tree_gated_delta_rule(
     flat = tuple(_with_zero_row(x[0]) for x in (query, key, value, g, beta))
     out = value.new_zeros((n_flat + 1, *value.shape[2:]))
     states: Tensor | None = None
-    for level in tree.levels:
+    for depth, level in enumerate(tree.levels):
+        last = depth == len(tree.levels) - 1  # no level continues from its final states
         finals, start = [], 0
         for idx, chunk in zip(level.gathers, level.chunks, strict=True):
             initial = None
@@ -442,13 +466,14 @@ def tree_gated_delta_rule(
                 gather=idx,
                 chunk_size=chunk,
                 initial_state=initial,
-                output_final_state=True,
+                output_final_state=not last,
                 use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
             )
             out = out.index_copy(0, idx.reshape(-1), o.reshape(-1, *o.shape[2:]).to(out.dtype))
             finals.append(final)
             start += idx.shape[0]
-        states = finals[0] if len(finals) == 1 else torch.cat(finals)
+        if not last:
+            states = finals[0] if len(finals) == 1 else torch.cat(finals)
     return out[:n_flat][None]
 
 

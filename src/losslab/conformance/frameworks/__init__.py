@@ -46,6 +46,7 @@ FRAMEWORK_MODULES: tuple[str, ...] = (
     "losslab.conformance.frameworks.spindle",
     "losslab.conformance.frameworks.stable_rl",
     "losslab.conformance.frameworks.tinker",
+    "losslab.conformance.frameworks.trl",
     "losslab.conformance.frameworks.verl",
     "losslab.conformance.frameworks.verl_registry",
 )

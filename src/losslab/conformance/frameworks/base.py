@@ -187,6 +187,9 @@ class Framework:
             extract, e.g. a config validator), `stub_names` (type-only names bound to empty
             classes), `fetchable`/`unfetchable_reason` (no commit can be fetched: re-derived),
             `example_revisions` ({crosscheck name: revision}, at the recorded commit).
+            `installed`: for a reference that runs from an installed release rather than
+            git source (TRL), `installed(ref, source, fixture)` executes it from the
+            `--source` path (`frameworks/trl.py`).
     """
 
     name: str
@@ -207,6 +210,9 @@ class Framework:
     stub_names: tuple[str, ...] = ()
     fetchable: bool = True
     unfetchable_reason: str = ""
+    # (ref, source path, fixture) -> ReferenceResult: a reference executed from an INSTALLED
+    # release named by `--source` (TRL's trainer method) instead of extracted git source
+    installed: Callable[[ResolvedReference, Any, Fixture], ReferenceResult] | None = None
     example_revisions: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
