@@ -79,8 +79,12 @@ def test_registry_has_the_registered_frameworks() -> None:
         "spindle",
         "tinker",
         "trl",
+        "slime",
+        "areal",
     }
     assert framework_for("huggingface/trl", "GRPOTrainer._compute_loss").name == "trl"
+    assert framework_for("THUDM/slime", "icepop_function").name == "slime"
+    assert framework_for("inclusionAI/AReaL", "ppo_actor_loss_fn").name == "areal"
     assert framework_for("NovaSky-AI/SkyRL", "dppo_policy_loss").name == "skyrl"
     assert framework_for("NovaSky-AI/SkyRL", "gspo_policy_loss").name == "skyrl_registry"
     assert framework_for("verl-project/verl", "compute_policy_loss_gspo").name == "verl_registry"

@@ -473,8 +473,13 @@ def extract(
             f"revision {rev.text!r}: file {rev.path} does not exist at commit {files.commit}"
         )
     ex = Extractor(files, stub_names)
+    _, _, defs, imports = ex._load(module, rev.path)
+    # an extra root may be a name the file imports (slime's loss.py takes compute_policy_loss
+    # from ppo_utils): wanted first, so its module is executed before the file that binds it
+    imported = [r for r in extra_roots if r in imports and r not in defs]
+    if imported:
+        ex.want(module, rev.path, imported)
     ex.want(module, rev.path, [function], root=True)
-    _, _, defs, _ = ex._load(module, rev.path)
     extra = [r for r in extra_roots if r in defs]
     if extra:
         ex.want(module, rev.path, extra)

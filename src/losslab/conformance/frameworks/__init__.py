@@ -37,9 +37,11 @@ from losslab.conformance.frameworks.base import (  # noqa: F401 - the protocol, 
 from losslab.plan import Revision, RevisionError
 
 FRAMEWORK_MODULES: tuple[str, ...] = (
+    "losslab.conformance.frameworks.areal",
     "losslab.conformance.frameworks.openrlhf",
     "losslab.conformance.frameworks.prime_rl",
     "losslab.conformance.frameworks.skyrl",
+    "losslab.conformance.frameworks.slime",
     "losslab.conformance.frameworks.skyrl_registry",
     "losslab.conformance.frameworks.spindle",
     "losslab.conformance.frameworks.stable_rl",
