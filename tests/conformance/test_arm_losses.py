@@ -41,7 +41,7 @@ def _components(mutated_low: float | None) -> DefaultComponents:
 
 def _run_preflight(comp: DefaultComponents) -> PhaseResult:
     """The run's preflight phase as the runner calls it (it reads only `ctx.comp`)."""
-    return preflight.run(SimpleNamespace(comp=comp))
+    return preflight.run(SimpleNamespace(comp=comp, log=lambda line: None))
 
 
 def _trained_mask_fraction(comp: DefaultComponents) -> float:
