@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 
 import pytest
@@ -55,16 +54,3 @@ def _pinned_sources_never_from_the_network(
         "LOSSLAB_SOURCE_REMOTE",
         str(tmp_path_factory.getbasetemp() / "no-remote" / "{owner}+{name}"),
     )
-
-
-@pytest.fixture(autouse=True)
-def _signal_handlers_restored():
-    """Each test starts with, and leaves behind, the process's SIGINT/SIGTERM handlers as they
-    were: a run that installs its own (runner/signals.py) and is stopped mid-way by a test must
-    not change how Ctrl-C reaches the next test (seen: test_tinker_unreachable's Ctrl-C test
-    waited 60 s after a run left a handler that does not raise KeyboardInterrupt)."""
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    yield
-    for sig, handler in saved.items():
-        if signal.getsignal(sig) is not handler:
-            signal.signal(sig, handler)

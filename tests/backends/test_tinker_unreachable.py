@@ -57,6 +57,16 @@ def silent_service() -> Iterator[str]:
     server.close()
 
 
+@pytest.fixture(autouse=True)
+def _ctrl_c_raises() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt during these tests even where the suite was started with
+    SIGINT ignored (a shell's background job, `cmd &`, inherits SIG_IGN and Python then installs
+    no handler): what is tested is that losslab's waits let the interrupt through."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 def test_a_closed_port_fails_fast_naming_the_url(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TINKER_API_KEY", KEY)
     for var in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
