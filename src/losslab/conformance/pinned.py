@@ -21,11 +21,8 @@ import ast
 import builtins
 import hashlib
 import importlib.util
-import json
-import os
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +32,7 @@ import numpy as np
 
 from losslab.conformance.fixtures import Fixture
 from losslab.conformance.frameworks import ReferenceResult, ResolvedReference, resolve_reference
+from losslab.conformance.sandbox import INFERRED_BLOCKED_NOTE, blocked_from_gradients, run_isolated
 from losslab.plan import Revision, RevisionError
 
 RUNNER = Path(__file__).with_name("pinned_runner.py")
@@ -519,41 +517,17 @@ def run_pinned(
         "clip_bounds": rev.clip_bounds,
         "sequences": fixture.to_json_dict()["sequences"],
     }
-    with tempfile.TemporaryDirectory(prefix="losslab-pinned-") as tmp:
-        inp, out = Path(tmp) / "input.json", Path(tmp) / "output.json"
-        inp.write_text(json.dumps(payload), encoding="utf-8")
-        env = {
-            "PATH": os.environ.get("PATH", ""),
-            "OMP_NUM_THREADS": "1",
-            "HOME": tmp,
-            "NO_PROXY": "*",
-            "no_proxy": "*",
-        }
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-I", str(RUNNER), str(inp), str(out)],
-                capture_output=True,
-                timeout=timeout_s,
-                cwd=tmp,
-                env=env,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as err:
-            raise PinnedSourceError(
-                f"revision {rev.text!r}: pinned source ran past {timeout_s:.0f} s and was stopped"
-            ) from err
-        if proc.returncode != 0 or not out.exists():
-            tail = proc.stderr.decode(errors="replace").strip().splitlines()[-8:]
-            raise PinnedSourceError(
-                f"revision {rev.text!r}: executing the extracted source failed "
-                f"(exit {proc.returncode}):\n  " + "\n  ".join(tail)
-            )
-        result = json.loads(out.read_text(encoding="utf-8"))
+    result = run_isolated(
+        lambda inp, out: [sys.executable, "-I", str(RUNNER), str(inp), str(out)],
+        payload,
+        timeout_s=timeout_s,
+        fail=lambda message: PinnedSourceError(f"revision {rev.text!r}: {message}"),
+        who="pinned source",
+        action="executing the extracted source",
+        prefix="losslab-pinned-",
+    )
     grads = [np.asarray(g, dtype=np.float32) for g in result["grad_D"]]
-    blocked = []
-    for seq, g in zip(fixture.sequences, grads, strict=True):
-        # inferred: a loss token with A != 0 whose gradient is exactly zero was clipped/masked
-        blocked.append((g == 0) & (seq.loss_mask != 0) & (seq.advantages != 0))
+    blocked = blocked_from_gradients(fixture, grads)
     root = next(m for m in modules if m.path == rev.path)
     stubs = sorted(
         {
@@ -582,10 +556,7 @@ def run_pinned(
             "extracted": {m.path: {"sha256": m.sha256, "names": m.names} for m in modules},
             "stubbed": stubs,
             "effective_params": ref.params,
-            "notes": list(ref.notes)
-            + [
-                "clip/mask token sets inferred from exact-zero gradients on loss tokens with A != 0"
-            ],
+            "notes": [*ref.notes, INFERRED_BLOCKED_NOTE],
             "native_metrics": result.get("native_metrics", {}),
         },
         dtype="float32",

@@ -43,6 +43,7 @@ from losslab.conformance.ours import run_ours
 from losslab.conformance.pinned import PinnedSourceError, run_pinned
 from losslab.conformance.properties import property_rows, run_properties
 from losslab.conformance.provenance import provenance_of
+from losslab.conformance.sandbox import blocked_from_gradients
 from losslab.plan import Plan, RevisionError, parse_revision
 from losslab.plan.user_loss import UserLossError
 
@@ -242,10 +243,7 @@ def _blocked(
     with A != 0 whose gradient is exactly zero, as for pinned references."""
     if getattr(loss_fn, "user", None) is None:
         return [~k for k in kept_D], "all"
-    return [
-        (g == 0) & (s.loss_mask != 0) & (s.advantages != 0)
-        for g, s in zip(grad_D, fixture.sequences, strict=True)
-    ], "nonzero_adv"
+    return blocked_from_gradients(fixture, grad_D), "nonzero_adv"
 
 
 def _set_difference(

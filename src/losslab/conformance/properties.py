@@ -401,10 +401,9 @@ def on_policy_gradient(loss: LossLike, fixture: Fixture) -> PropertyResult:
         want_D = [w * factor for w in want_D]
     detached = 0
     if getattr(declaration, "detaches_tokens", False):  # Clip-Cov: judged on the kept tokens
-        got, want = np.concatenate(grad_D), np.concatenate(want_D)
-        cut = (got == 0) & (want != 0)
-        detached = int(cut.sum())
-        grad_D = [np.where((g == 0) & (w != 0), w, g) for g, w in zip(grad_D, want_D, strict=True)]
+        cut_D = [(g == 0) & (w != 0) for g, w in zip(grad_D, want_D, strict=True)]
+        detached = int(sum(cut.sum() for cut in cut_D))
+        grad_D = [np.where(cut, w, g) for cut, g, w in zip(cut_D, grad_D, want_D, strict=True)]
     ok, err = _close(np.concatenate(grad_D), np.concatenate(want_D))
     loss_tokens = int(sum(_loss_tokens_D(tensors)))
     ok = ok and factor > 0 and 2 * detached < max(loss_tokens, 1)

@@ -24,10 +24,7 @@ in losslab; the atlas golden keeps the numbers only.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +40,7 @@ from losslab.conformance.frameworks.base import (
     ResolvedReference,
     refuse_unknown_arguments,
 )
+from losslab.conformance.sandbox import INFERRED_BLOCKED_NOTE, blocked_from_gradients, run_isolated
 from losslab.plan import Revision, RevisionError
 
 REPO = "huggingface/trl"
@@ -345,44 +343,26 @@ def run_installed(ref: ResolvedReference, source: Path, fixture: Fixture) -> Ref
         "params": ref.params,
         "sequences": fixture.to_json_dict()["sequences"],
     }
-    with tempfile.TemporaryDirectory(prefix="losslab-trl-") as tmp:
-        inp, out = Path(tmp) / "input.json", Path(tmp) / "output.json"
-        inp.write_text(json.dumps(payload), encoding="utf-8")
-        env = {"PATH": os.environ.get("PATH", ""), "OMP_NUM_THREADS": "1", "HOME": tmp}
-        env.update({"NO_PROXY": "*", "no_proxy": "*", "HF_HUB_OFFLINE": "1"})
-        argv = [
+    result = run_isolated(
+        lambda inp, out: [
             str(python),
             "-I",
             "-c",
             _DRIVER,
             str(Path(pinned_runner.__file__).parent),
             str(inp),
-        ]
-        try:
-            proc = subprocess.run(
-                [*argv, str(out)],
-                capture_output=True,
-                timeout=RUN_TIMEOUT_S,
-                cwd=tmp,
-                env=env,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as err:
-            raise RevisionError(
-                f"revision {rev.text!r}: TRL ran past {RUN_TIMEOUT_S:.0f} s and was stopped"
-            ) from err
-        if proc.returncode != 0 or not out.exists():
-            tail = proc.stderr.decode(errors="replace").strip().splitlines()[-8:]
-            raise RevisionError(
-                f"revision {rev.text!r}: running TRL's {FUNCTION} with {python} failed "
-                f"(exit {proc.returncode}):\n  " + "\n  ".join(tail)
-            )
-        result = json.loads(out.read_text(encoding="utf-8"))
+            str(out),
+        ],
+        payload,
+        timeout_s=RUN_TIMEOUT_S,
+        fail=lambda message: RevisionError(f"revision {rev.text!r}: {message}"),
+        who="TRL",
+        action=f"running TRL's {FUNCTION} with {python}",
+        prefix="losslab-trl-",
+        extra_env={"HF_HUB_OFFLINE": "1"},
+    )
     grads = [np.asarray(g, dtype=np.float32) for g in result["grad_D"]]
-    blocked = [
-        (g == 0) & (s.loss_mask != 0) & (s.advantages != 0)
-        for s, g in zip(fixture.sequences, grads, strict=True)
-    ]
+    blocked = blocked_from_gradients(fixture, grads)
     where = f"trl {VERSION} installed at {result['trl_file']}"
     return ReferenceResult(
         loss=float(result["loss"]),
@@ -401,10 +381,7 @@ def run_installed(ref: ResolvedReference, source: Path, fixture: Fixture) -> Ref
             "extracted": {PATH: {"sha256": result["file_sha256"], "names": [FUNCTION]}},
             "stubbed": ["GRPOTrainer._get_per_token_logps_and_entropies (fixture log-probs)"],
             "effective_params": ref.params,
-            "notes": list(ref.notes)
-            + [
-                "clip/mask token sets inferred from exact-zero gradients on loss tokens with A != 0"
-            ],
+            "notes": [*ref.notes, INFERRED_BLOCKED_NOTE],
             "native_metrics": result.get("native_metrics", {}),
         },
         dtype="float32",
