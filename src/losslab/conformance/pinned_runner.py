@@ -120,6 +120,33 @@ def _pad(rows: list[list[float]], width: int) -> Any:
     return out
 
 
+def _batch(rows: list[dict[str, Any]], width: int) -> types.SimpleNamespace:
+    """The fixture rows as padded [B, T] tensors, as every padded adapter feeds its framework:
+    `current` (the leaf the gradient is taken of), `sampler`, `old` (the old log-probs, the
+    sampler's where a row has none), `mask`, and `advantages` (the row's advantage on its loss
+    tokens, 0 elsewhere)."""
+    import torch
+
+    mask = _pad([r["loss_mask"] for r in rows], width)
+    return types.SimpleNamespace(
+        current=_pad([r["current_logprobs"] for r in rows], width).requires_grad_(True),
+        sampler=_pad([r["sampler_logprobs"] for r in rows], width),
+        old=_pad([r.get("old_logprobs") or r["sampler_logprobs"] for r in rows], width),
+        mask=mask,
+        advantages=mask
+        * torch.tensor([r["advantage"] for r in rows], dtype=torch.float32)[:, None],
+    )
+
+
+def _grad(loss: Any, leaf: Any) -> Any:
+    """d loss / d leaf, zeros where the loss does not depend on the leaf at all (a fully masked
+    batch, a per-sequence call on a sequence without loss tokens)."""
+    import torch
+
+    (grad,) = torch.autograd.grad(loss, leaf, allow_unused=True)
+    return torch.zeros_like(leaf) if grad is None else grad
+
+
 def _split(flat: Any, lengths: list[int]) -> list[list[float]]:
     out, start = [], 0
     for n in lengths:
@@ -148,6 +175,8 @@ def _padded_outputs(run: Any, seqs: list[dict[str, Any]]) -> dict[str, Any]:
 
 RUNTIME = types.SimpleNamespace(
     pad=_pad,
+    batch=_batch,
+    grad=_grad,
     Config=Config,
     call=_call,
     first=_first,

@@ -218,20 +218,16 @@ def losslab_config(ref: Any, fixture: Any = None) -> LosslabConfig:
 
 def call_reference(fn: Any, payload: dict[str, Any], space: dict[str, Any], rt: Any) -> dict:
     """Padded call of AReaL `ppo_actor_loss_fn` / `sapo_loss_fn` (runs in pinned_runner)."""
-    import torch
 
     seqs, p, name = payload["sequences"], payload["params"], payload["function"]
     width = max(len(s["sampler_logprobs"]) for s in seqs)
     rs = p.get("rejection_sampling")
 
     def run(idx: list[int]) -> tuple[Any, Any, dict[str, float]]:
-        rows = [seqs[i] for i in idx]
-        logprobs = rt.pad([r["current_logprobs"] for r in rows], width).requires_grad_(True)
-        behave = rt.pad([r["sampler_logprobs"] for r in rows], width)
-        prox_rows = [r.get("old_logprobs") or r["sampler_logprobs"] for r in rows]
-        proximal = rt.pad(prox_rows, width) if rs is not None else behave
-        mask = rt.pad([r["loss_mask"] for r in rows], width) > 0
-        adv = mask * torch.tensor([r["advantage"] for r in rows], dtype=torch.float32)[:, None]
+        t = rt.batch([seqs[i] for i in idx], width)
+        logprobs, behave, adv = t.current, t.sampler, t.advantages
+        proximal = t.old if rs is not None else behave
+        mask = t.mask > 0  # AReaL takes a boolean loss mask
         if name == "sapo_loss_fn":
             loss, stat = fn(
                 logprobs=logprobs,
@@ -255,11 +251,8 @@ def call_reference(fn: Any, payload: dict[str, Any], space: dict[str, Any], rt: 
                 rejection_sampling=None if rs is None else rt.Config(rs),
                 importance_sampling_level=p["importance_sampling_level"],
             )
-        (grad,) = torch.autograd.grad(loss, logprobs, allow_unused=True)
-        if grad is None:
-            grad = torch.zeros_like(logprobs)
         native = {"filtered_fraction": float(stat["filtered_fraction"])} if rs else {}
-        return loss, grad, native
+        return loss, rt.grad(loss, logprobs), native
 
     return rt.padded_outputs(run, seqs)
 

@@ -135,26 +135,17 @@ def losslab_config(ref: Any, fixture: Any = None) -> LosslabConfig:
 
 def call_reference(fn: Any, payload: dict[str, Any], space: dict[str, Any], rt: Any) -> dict:
     """Padded call of OpenRLHF `PolicyLoss(...).forward` (runs in pinned_runner)."""
-    import torch
 
     seqs, p = payload["sequences"], payload["params"]
     width = max(len(s["sampler_logprobs"]) for s in seqs)
     module = fn(**p)
-    old_key = "old_logprobs" if p["enable_vllm_is_correction"] else "sampler_logprobs"
 
     def run(idx: list[int]) -> tuple[Any, Any, dict[str, float]]:
-        rows = [seqs[i] for i in idx]
-        log_probs = rt.pad([r["current_logprobs"] for r in rows], width).requires_grad_(True)
-        rollout = rt.pad([r["sampler_logprobs"] for r in rows], width)
-        old = rt.pad([r.get(old_key) or r["sampler_logprobs"] for r in rows], width)
-        mask = rt.pad([r["loss_mask"] for r in rows], width)
-        adv = mask * torch.tensor([r["advantage"] for r in rows], dtype=torch.float32)[:, None]
-        out = module(log_probs, old, adv, action_mask=mask, rollout_log_probs=rollout)
+        t = rt.batch([seqs[i] for i in idx], width)
+        old = t.old if p["enable_vllm_is_correction"] else t.sampler
+        out = module(t.current, old, t.advantages, action_mask=t.mask, rollout_log_probs=t.sampler)
         loss = rt.first(out)
-        (grad,) = torch.autograd.grad(loss, log_probs, allow_unused=True)
-        if grad is None:
-            grad = torch.zeros_like(log_probs)
-        return loss, grad, {}
+        return loss, rt.grad(loss, t.current), {}
 
     return rt.padded_outputs(run, seqs)
 

@@ -117,21 +117,16 @@ def call_reference(fn: Any, payload: dict[str, Any], space: dict[str, Any], rt: 
     )
 
     def run(idx: list[int]) -> tuple[Any, Any, dict[str, float]]:
-        rows = [seqs[i] for i in idx]
-        log_probs = rt.pad([r["current_logprobs"] for r in rows], width).requires_grad_(True)
-        rollout = rt.pad([r["sampler_logprobs"] for r in rows], width)
-        old = rt.pad([r.get("old_logprobs") or r["sampler_logprobs"] for r in rows], width)
-        mask = rt.pad([r["loss_mask"] for r in rows], width)
-        adv = mask * torch.tensor([r["advantage"] for r in rows], dtype=torch.float32)[:, None]
+        t = rt.batch([seqs[i] for i in idx], width)
         loss, metrics = fn(
-            log_probs,
-            old,
-            adv,
+            t.current,
+            t.old,
+            t.advantages,
             config,
-            loss_mask=mask,
-            rollout_logprobs=rollout if p["use_rollout_logprobs"] else None,
+            loss_mask=t.mask,
+            rollout_logprobs=t.sampler if p["use_rollout_logprobs"] else None,
         )
-        (grad,) = torch.autograd.grad(loss, log_probs)
+        (grad,) = torch.autograd.grad(loss, t.current)
         native = rt.numeric(metrics)
         return loss, grad, native
 

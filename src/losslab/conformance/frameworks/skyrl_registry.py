@@ -213,7 +213,6 @@ def losslab_config(ref: Any, fixture: Any = None) -> LosslabConfig:
 
 def call_reference(fn: Any, payload: dict[str, Any], space: dict[str, Any], rt: Any) -> dict:
     """Padded call of one SkyRL registered policy loss (runs in pinned_runner)."""
-    import torch
 
     seqs, p = payload["sequences"], payload["params"]
     width = max(len(s["sampler_logprobs"]) for s in seqs)
@@ -228,18 +227,11 @@ def call_reference(fn: Any, payload: dict[str, Any], space: dict[str, Any], rt: 
     config = rt.Config(fields)
 
     def run(idx: list[int]) -> tuple[Any, Any, dict[str, float]]:
-        rows = [seqs[i] for i in idx]
-        log_probs = rt.pad([r["current_logprobs"] for r in rows], width).requires_grad_(True)
-        sampler = rt.pad([r["sampler_logprobs"] for r in rows], width)
-        mask = rt.pad([r["loss_mask"] for r in rows], width)
-        adv = mask * torch.tensor([r["advantage"] for r in rows], dtype=torch.float32)[:, None]
+        t = rt.batch([seqs[i] for i in idx], width)
         loss, metrics = fn(
-            log_probs, sampler, adv, config, loss_mask=mask, rollout_logprobs=sampler
+            t.current, t.sampler, t.advantages, config, loss_mask=t.mask, rollout_logprobs=t.sampler
         )
-        (grad,) = torch.autograd.grad(loss, log_probs, allow_unused=True)
-        if grad is None:
-            grad = torch.zeros_like(log_probs)
-        return loss, grad, rt.numeric(metrics)
+        return loss, rt.grad(loss, t.current), rt.numeric(metrics)
 
     return rt.padded_outputs(run, seqs)
 

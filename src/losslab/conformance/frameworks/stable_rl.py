@@ -421,24 +421,19 @@ def call_reference(fn: Any, payload: dict[str, Any], space: dict[str, Any], rt: 
     config = rt.Config(fields)
 
     def run(idx: list[int]) -> tuple[Any, Any, dict[str, float]]:
-        rows = [seqs[i] for i in idx]
-        log_prob = rt.pad([r["current_logprobs"] for r in rows], width).requires_grad_(True)
-        rollout = rt.pad([r["sampler_logprobs"] for r in rows], width)
-        old = rt.pad([r.get("old_logprobs") or r["sampler_logprobs"] for r in rows], width)
-        mask = rt.pad([r["loss_mask"] for r in rows], width)
-        adv = mask * torch.tensor([r["advantage"] for r in rows], dtype=torch.float32)[:, None]
-        zeros = torch.zeros_like(rollout)
+        t = rt.batch([seqs[i] for i in idx], width)
+        zeros = torch.zeros_like(t.sampler)
         result = rt.call(
             fn,
             {
-                "old_log_prob": old,
-                "log_prob": log_prob,
-                "advantages": adv,
-                "response_mask": mask,
+                "old_log_prob": t.old,
+                "log_prob": t.current,
+                "advantages": t.advantages,
+                "response_mask": t.mask,
                 "loss_agg_mode": p["loss_agg_mode"],
                 "config": config,
                 "rollout_is_weights": None,
-                "rollout_log_prob": rollout,
+                "rollout_log_prob": t.sampler,
                 "topk_kl": zeros,
                 "topk_tv": zeros,
                 "entropy": zeros,
@@ -446,7 +441,7 @@ def call_reference(fn: Any, payload: dict[str, Any], space: dict[str, Any], rt: 
             },
         )
         loss = rt.first(result)
-        (grad,) = torch.autograd.grad(loss, log_prob)
+        (grad,) = torch.autograd.grad(loss, t.current)
         metrics = result[1] if isinstance(result, (tuple, list)) and len(result) > 1 else {}
         native = rt.numeric(metrics)
         return loss, grad, native

@@ -151,22 +151,17 @@ def call_reference(fn: Any, payload: dict[str, Any], space: dict[str, Any], rt: 
     config = rt.Config({**{k: p[k] for k in keys}, "global_batch_info": p["global_batch_info"]})
 
     def run(idx: list[int]) -> tuple[Any, Any, dict[str, float]]:
-        rows = [seqs[i] for i in idx]
-        log_prob = rt.pad([r["current_logprobs"] for r in rows], width).requires_grad_(True)
-        anchor_key = "sampler_logprobs" if p["bypass_mode"] else "old_logprobs"
-        old = rt.pad([r.get(anchor_key) or r["sampler_logprobs"] for r in rows], width)
-        mask = rt.pad([r["loss_mask"] for r in rows], width)
-        adv = mask * torch.tensor([r["advantage"] for r in rows], dtype=torch.float32)[:, None]
+        t = rt.batch([seqs[i] for i in idx], width)
         loss, metrics = fn(
-            old_log_prob=old,
-            log_prob=log_prob,
-            advantages=adv,
-            response_mask=mask,
+            old_log_prob=t.sampler if p["bypass_mode"] else t.old,
+            log_prob=t.current,
+            advantages=t.advantages,
+            response_mask=t.mask,
             loss_agg_mode=p["loss_agg_mode"],
             config=config,
             rollout_is_weights=None,
         )
-        (grad,) = torch.autograd.grad(loss, log_prob)
+        (grad,) = torch.autograd.grad(loss, t.current)
         native = rt.numeric(metrics)
         return loss, grad, native
 

@@ -252,7 +252,6 @@ def losslab_config(ref: Any, fixture: Any = None) -> LosslabConfig:
 
 def call_reference(fn: Any, payload: dict[str, Any], space: dict[str, Any], rt: Any) -> dict:
     """Padded call of one verl registered policy loss (runs in pinned_runner)."""
-    import torch
 
     seqs, p = payload["sequences"], payload["params"]
     width = max(len(s["sampler_logprobs"]) for s in seqs)
@@ -285,25 +284,17 @@ def call_reference(fn: Any, payload: dict[str, Any], space: dict[str, Any], rt: 
         config = rt.Config(fields)
 
     def run(idx: list[int]) -> tuple[Any, Any, dict[str, float]]:
-        rows = [seqs[i] for i in idx]
-        log_prob = rt.pad([r["current_logprobs"] for r in rows], width).requires_grad_(True)
-        anchor_key = "sampler_logprobs" if p["bypass_mode"] else "old_logprobs"
-        old = rt.pad([r.get(anchor_key) or r["sampler_logprobs"] for r in rows], width)
-        mask = rt.pad([r["loss_mask"] for r in rows], width)
-        adv = mask * torch.tensor([r["advantage"] for r in rows], dtype=torch.float32)[:, None]
+        t = rt.batch([seqs[i] for i in idx], width)
         loss, metrics = fn(
-            old_log_prob=old,
-            log_prob=log_prob,
-            advantages=adv,
-            response_mask=mask,
+            old_log_prob=t.sampler if p["bypass_mode"] else t.old,
+            log_prob=t.current,
+            advantages=t.advantages,
+            response_mask=t.mask,
             loss_agg_mode=p["loss_agg_mode"],
             config=config,
             rollout_is_weights=None,
         )
-        (grad,) = torch.autograd.grad(loss, log_prob, allow_unused=True)
-        if grad is None:
-            grad = torch.zeros_like(log_prob)
-        return loss, grad, rt.numeric(metrics)
+        return loss, rt.grad(loss, t.current), rt.numeric(metrics)
 
     return rt.padded_outputs(run, seqs)
 
