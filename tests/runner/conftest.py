@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,3 +31,24 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict:
         components_factory=factory(),
     )
     return final_state(tmp / "run")
+
+
+@pytest.fixture
+def nobody() -> Iterator[tuple[int | None, Path]]:
+    """(uid to drop to, a world-writable scratch folder under /tmp): the uid of `nobody` when
+    running as root (skipped where there is no such user), None when already unprivileged. The
+    folder is outside pytest's tmp_path, which `nobody` could not enter."""
+    uid = None
+    if os.geteuid() == 0:
+        try:
+            import pwd
+
+            uid = pwd.getpwnam("nobody").pw_uid
+        except KeyError:
+            pytest.skip("running as root and there is no user 'nobody' to drop to")
+    base = Path(tempfile.mkdtemp(prefix="losslab-nobody-", dir="/tmp"))
+    os.chmod(base, 0o777)
+    try:
+        yield uid, base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -12,12 +12,10 @@ victim files writable by that user: the refusal must come from losslab, not from
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -30,6 +28,7 @@ from losslab.runner.lock import acquire
 from losslab.runner.rundir import PathOutsideRunDir, RunDir, confined
 
 from ._fake_components import factory, write_fake_plan
+from ._unprivileged import as_user
 
 REPO = Path(__file__).resolve().parents[2]
 VICTIM_TEXT = '{"question": "mine", "answer": "do not touch"}\n'
@@ -199,68 +198,31 @@ def test_report_takes_a_shared_lock_and_waits_for_no_run(tmp_path: Path) -> None
     assert CliRunner().invoke(app, ["report", str(run)]).exit_code == 0
 
 
-def _as_user(uid: int | None, fn) -> dict:
-    """Run `fn()` in a forked child that first drops to `uid` (setgid, setgroups, setuid; None:
-    stay as we are); its JSON-able result, or {"error": ...} for an exception.
-
-    Why fork rather than exec a new interpreter as that user: this interpreter may live where the
-    user cannot read it (under /root); the fork has every module already imported."""
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        os.close(read_fd)
-        try:
-            if uid is not None:
-                os.setgroups([])
-                os.setgid(uid)
-                os.setuid(uid)
-            result = {"uid": os.geteuid(), **fn()}
-        except BaseException as e:  # reported to the parent, which asserts on it
-            result = {"error": f"{type(e).__name__}: {e}"}
-        os.write(write_fd, json.dumps(result).encode())
-        os._exit(0)
-    os.close(write_fd)
-    with os.fdopen(read_fd, "rb") as f:
-        data = f.read()
-    os.waitpid(pid, 0)
-    return json.loads(data or b'{"error": "the child wrote nothing"}')
-
-
-def test_confinement_holds_for_an_unprivileged_user_who_could_write_the_victim() -> None:
+def test_confinement_holds_for_an_unprivileged_user_who_could_write_the_victim(
+    nobody: tuple[int | None, Path],
+) -> None:
     """As `nobody`, with the victim file writable by nobody: only losslab stands in the way."""
     from losslab.runner.errors import RunError
 
-    uid = None
-    if os.geteuid() == 0:
+    uid, base = nobody
+    victim = _victim(base)
+    os.chmod(victim.parent, 0o777)
+    os.chmod(victim, 0o666)
+    plan = write_fake_plan(base / "plan.json", arms=["base", "../../victim_data/train"])
+    os.chmod(plan, 0o644)
+
+    def attempt() -> dict:
+        # the victim is writable by this user: the OS would allow the overwrite
+        assert os.access(victim, os.W_OK)
         try:
-            import pwd
+            run_plan(plan, out=base / "runs" / "r", quiet=True, components_factory=factory())
+        except RunError as e:
+            return {"exit": e.exit_code, "message": str(e)}
+        return {"exit": 0}
 
-            uid = pwd.getpwnam("nobody").pw_uid
-        except KeyError:
-            pytest.skip("running as root and there is no user 'nobody' to drop to")
-    base = Path(tempfile.mkdtemp(prefix="losslab-nobody-", dir="/tmp"))
-    try:
-        os.chmod(base, 0o777)
-        victim = _victim(base)
-        os.chmod(victim.parent, 0o777)
-        os.chmod(victim, 0o666)
-        plan = write_fake_plan(base / "plan.json", arms=["base", "../../victim_data/train"])
-        os.chmod(plan, 0o644)
-
-        def attempt() -> dict:
-            # the victim is writable by this user: the OS would allow the overwrite
-            assert os.access(victim, os.W_OK)
-            try:
-                run_plan(plan, out=base / "runs" / "r", quiet=True, components_factory=factory())
-            except RunError as e:
-                return {"exit": e.exit_code, "message": str(e)}
-            return {"exit": 0}
-
-        outcome = _as_user(uid, attempt)
-        assert "error" not in outcome, outcome
-        assert uid is None or outcome["uid"] == uid
-        assert outcome["exit"] == 2 and "outside the run directory" in outcome["message"]
-        assert victim.read_text() == VICTIM_TEXT
-        assert not (base / "runs").exists()
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+    outcome = as_user(uid, attempt)
+    assert "error" not in outcome, outcome
+    assert uid is None or outcome["uid"] == uid
+    assert outcome["exit"] == 2 and "outside the run directory" in outcome["message"]
+    assert victim.read_text() == VICTIM_TEXT
+    assert not (base / "runs").exists()

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -25,7 +23,7 @@ from losslab.runner.errors import RunDirError
 from losslab.runner.lock import LOCK_NAME, acquire, acquire_shared
 
 from ._fake_components import factory, final_state, write_fake_plan
-from .test_confinement import _as_user
+from ._unprivileged import as_user
 
 
 def _intact_run_with_short_key(base: Path) -> dict:
@@ -52,29 +50,17 @@ def test_a_one_letter_api_key_leaves_a_local_run_intact(
     assert final_state(tmp_path / "run") == reference  # the same numbers as with no key set
 
 
-def test_a_one_letter_api_key_as_an_unprivileged_user() -> None:
-    uid = None
-    if os.geteuid() == 0:
-        try:
-            import pwd
+def test_a_one_letter_api_key_as_an_unprivileged_user(nobody: tuple[int | None, Path]) -> None:
+    uid, base = nobody
 
-            uid = pwd.getpwnam("nobody").pw_uid
-        except KeyError:
-            pytest.skip("running as root and there is no user 'nobody' to drop to")
-    base = Path(tempfile.mkdtemp(prefix="losslab-nobody-", dir="/tmp"))
-    try:
-        os.chmod(base, 0o777)
+    def attempt() -> dict:
+        os.environ["TINKER_API_KEY"] = "a"
+        return _intact_run_with_short_key(base)
 
-        def attempt() -> dict:
-            os.environ["TINKER_API_KEY"] = "a"
-            return _intact_run_with_short_key(base)
-
-        outcome = _as_user(uid, attempt)
-        assert "error" not in outcome, outcome
-        assert uid is None or outcome["uid"] == uid
-        assert outcome["backend"] == "local" and "***" not in outcome["log"]
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+    outcome = as_user(uid, attempt)
+    assert "error" not in outcome, outcome
+    assert uid is None or outcome["uid"] == uid
+    assert outcome["backend"] == "local" and "***" not in outcome["log"]
 
 
 def test_a_too_short_key_is_refused_on_tinker_naming_the_variable_not_the_value(
