@@ -306,10 +306,11 @@ guarded(lambda: run_plan(Path(sys.argv[1]), out=Path(sys.argv[2]), quiet=True,
 """
 
 
-def test_sigterm_is_handled_like_ctrl_c(plan: Path, tmp_path: Path, reference: dict) -> None:
-    run = tmp_path / "run"
+def start_until_first_checkpoint(script: str, plan: Path, run: Path) -> subprocess.Popen:
+    """`script` (argv: plan, run dir, tests folder) in a child Python, returned once the
+    treatment arm's first checkpoint exists, so a signal sent now lands mid-run."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", SIGTERM_SCRIPT, str(plan), str(run), str(REPO / "tests")],
+        [sys.executable, "-c", script, str(plan), str(run), str(REPO / "tests")],
         stderr=subprocess.PIPE,
         text=True,
         env=ENV,
@@ -319,6 +320,12 @@ def test_sigterm_is_handled_like_ctrl_c(plan: Path, tmp_path: Path, reference: d
     while not first.is_dir() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)
     assert first.is_dir(), "the run never reached its first checkpoint"
+    return proc
+
+
+def test_sigterm_is_handled_like_ctrl_c(plan: Path, tmp_path: Path, reference: dict) -> None:
+    run = tmp_path / "run"
+    proc = start_until_first_checkpoint(SIGTERM_SCRIPT, plan, run)
     t0 = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)

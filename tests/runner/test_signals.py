@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from ._fake_components import final_state
-from .test_reliability import ENV, REPO, SIGTERM_SCRIPT, _run
+from .test_reliability import SIGTERM_SCRIPT, _run, start_until_first_checkpoint
 
 SLOW_CLOSE = SIGTERM_SCRIPT.replace(
     "fake.FakeTrainer.step = slow_step",
@@ -24,21 +23,6 @@ SLOW_CLOSE = SIGTERM_SCRIPT.replace(
     "fake.FakeTrainer.close = lambda self: (print('closing', file=sys.stderr, flush=True), "
     "time.sleep(60))",
 )
-
-
-def _start(script: str, plan: Path, run: Path) -> subprocess.Popen:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", script, str(plan), str(run), str(REPO / "tests")],
-        stderr=subprocess.PIPE,
-        text=True,
-        env=ENV,
-    )
-    first = run / "arms" / "treat" / "checkpoints" / "step_0001"
-    deadline = time.monotonic() + 120
-    while not first.is_dir() and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    assert first.is_dir(), "the run never reached its first checkpoint"
-    return proc
 
 
 def _line_with(proc: subprocess.Popen, words: str, timeout: float = 30) -> float:
@@ -65,7 +49,7 @@ def test_a_signal_exits_within_2_s_of_its_message_and_resumes(
     plan: Path, tmp_path: Path, reference: dict, sig: int, code: int, message: str
 ) -> None:
     run = tmp_path / "run"
-    proc = _start(SIGTERM_SCRIPT, plan, run)
+    proc = start_until_first_checkpoint(SIGTERM_SCRIPT, plan, run)
     proc.send_signal(sig)
     said = _line_with(proc, message)
     proc.wait(timeout=30)
@@ -79,7 +63,7 @@ def test_a_second_signal_exits_at_once_and_the_run_stays_resumable(
     plan: Path, tmp_path: Path, reference: dict
 ) -> None:
     run = tmp_path / "run"
-    proc = _start(SLOW_CLOSE, plan, run)
+    proc = start_until_first_checkpoint(SLOW_CLOSE, plan, run)
     proc.send_signal(signal.SIGTERM)
     _line_with(proc, "closing")  # the first one is unwinding: the trainer's close takes 60 s
     t0 = time.monotonic()
