@@ -150,9 +150,14 @@ def _model_dir(name: str) -> str:
 
 
 def worker_losslab(args) -> dict[str, Any]:
+    # before torch, as `losslab run` does: its import picks torch's CPU pages (memory.py)
+    import losslab  # noqa: F401
+
+    # isort: split
     import torch
 
     from losslab.backends.local import LocalServiceClient
+    from losslab.backends.local.memory import cpu_allocator
     from losslab.engine import ArmConfig, rl_step
     from losslab.losses import as_tinker_loss_fn, parse_loss_spec
     from losslab.tasks.base import ChatRenderer
@@ -240,6 +245,7 @@ def worker_losslab(args) -> dict[str, Any]:
         "side": "losslab",
         "prompt_ids": [renderer.build_prompt(task.messages(p)).to_ints() for p in problems],
         "share_prefix": client._share_prefix,
+        "cpu_allocator": cpu_allocator(),
         "steps": steps,
         "peak_rss_gib_measured_steps": rss.peak,
         "ru_maxrss_gib": _ru_maxrss_gib(),
@@ -388,6 +394,9 @@ def worker_trl(args) -> dict[str, Any]:
         "side": "trl",
         "prompt_ids": prompt_ids,
         "trl_version": trl.__version__,
+        "cpu_allocator": "transparent huge pages (THP_MEM_ALLOC_ENABLE=1, --trl-huge-pages)"
+        if os.environ.get("THP_MEM_ALLOC_ENABLE") == "1"
+        else "4 KB pages (torch's default, as TRL runs)",
         "steps": steps,
         "peak_rss_gib_measured_steps": rss.peak,
         "ru_maxrss_gib": _ru_maxrss_gib(),
@@ -431,6 +440,11 @@ def _run_worker(python: str, side: str, args, extra: list[str] | None = None) ->
     cmd += ["--steps", str(args.steps), "--worker-out", out, "--model", args.model]
     cmd += extra or []
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), TOKENIZERS_PARALLELISM="false")
+    # torch's huge-page CPU allocations: losslab's worker gets what `import losslab` picks;
+    # TRL runs as its users run it (torch's default) unless --trl-huge-pages asks for the same
+    env.pop("THP_MEM_ALLOC_ENABLE", None)
+    if side == "trl" and getattr(args, "trl_huge_pages", False):
+        env["THP_MEM_ALLOC_ENABLE"] = "1"
     src = str(HERE.parent / "src")
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
     print(f"[bench] {side}: {' '.join(cmd)}", file=sys.stderr, flush=True)
@@ -571,6 +585,11 @@ def main() -> None:
         "--trl-python", default=os.environ.get("TRL_PYTHON", "/work/venvs/bench/bin/python")
     )
     ap.add_argument("--no-share-prefix", action="store_true", help="losslab: the old path")
+    ap.add_argument(
+        "--trl-huge-pages",
+        action="store_true",
+        help="TRL's worker with THP_MEM_ALLOC_ENABLE=1 too (losslab's import sets it for its own)",
+    )
     ap.add_argument("--sides", default="losslab,trl")
     ap.add_argument("--arch", choices=ARCHS, default="llama", help="bench_models.py's model")
     ap.add_argument("--model", default=None, help="a model folder instead (a smoke run)")
@@ -616,6 +635,7 @@ def main() -> None:
             "threads": args.threads,
             "rounds": args.rounds,
             "measured_steps_per_process": args.steps,
+            "trl_huge_pages": args.trl_huge_pages,
             "prompt_tokens": [len(ids) for ids in json.loads(prompts_seen.pop())],
             "order": [r["side"] for r in results],
         },

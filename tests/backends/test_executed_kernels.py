@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from losslab.backends.executed import executed_config
+from losslab.backends.local.memory import cpu_allocator
 
 ADAM = {"learning_rate": 1e-4, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.0}
 
@@ -34,3 +35,9 @@ def test_gated_deltanet_model_reports_its_kernels_without_a_check(service, tiny_
 def test_dense_model_reports_no_kernels(service, tiny_llama):
     result = _record(service, tiny_llama)
     assert not any(k.startswith("kernel.") for k in result.artifact)
+
+
+def test_cpu_client_reports_its_allocator_pages_without_a_check(service, tiny_llama):
+    row = _record(service, tiny_llama).artifact["cpu_allocator"]
+    assert row["plan"] is None and row["match"] is None
+    assert row["executed"] == cpu_allocator()

@@ -25,6 +25,13 @@ from losslab.backends.local.logprobs import (
 ARCHS = tiny.TINY_ARCHS
 SHAREABLE = {"llama", "qwen3", "qwen3_5", "qwen3_5_moe", "qwen3_next"}  # full or linear attention
 TOL = 1e-5
+TWO_PHASE_GRAD_TOL = 2e-5
+"""The two-phase micro-batched hybrid case sums a prompt's gradient over its completions in
+another order than separate passes (through the forked Gated-DeltaNet states) and again across
+micro-batches: on an AMD EPYC (2026-12-02) fp32 rounding put Qwen3.5's gap at 1.09e-5 of the
+largest entry (2.4e-3 on a 219 entry of layer 0's in_proj_qkv lora_B), on the machine the
+test was written on under 1e-5. A sharing bug (a completion's gradient missing from the
+prompt) is of the order of the gradient itself, far above either."""
 
 
 def _grpo_batch(seed: int = 0) -> list[types.Datum]:
@@ -122,7 +129,7 @@ def test_two_phase_and_builtin_paths_share_with_the_same_gradient(tiny_dirs, tmp
         tc.forward_backward(data, "cross_entropy").result()
         grads[share, "builtin"] = tc.lora_grads()
     for kind in ("custom", "builtin"):
-        assert _max_rel(grads[True, kind], grads[False, kind]) <= TOL
+        assert _max_rel(grads[True, kind], grads[False, kind]) <= TWO_PHASE_GRAD_TOL
     # cross_entropy(weights) = custom -sum(w * lp): the two loss paths agree too
     assert _max_rel(grads[True, "custom"], grads[True, "builtin"]) <= TOL
 

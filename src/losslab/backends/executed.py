@@ -36,13 +36,18 @@ def compare_config(
 def reported_kernels(client: Any) -> dict[str, str]:
     """`{"kernel.<function>": implementation}` from the client's `describe()` where it names
     the kernels its linear-attention layers dispatch to (the local backend on a Gated-DeltaNet
-    model: flash-linear-attention / causal-conv1d on CUDA when installed, else torch paths);
-    empty for a client that reports none (Tinker, dense models)."""
+    model: flash-linear-attention / causal-conv1d on CUDA when installed, else torch paths),
+    and `cpu_allocator` where it says which pages its CPU tensors get (the local backend on the
+    CPU: `memory.cpu_allocator`); empty for a client that reports none (Tinker)."""
     describe = getattr(client, "describe", None)
     if not callable(describe):
         return {}
-    kernels = describe().get("linear_attention_kernels") or {}
-    return {f"kernel.{name}": str(impl) for name, impl in kernels.items()}
+    described = describe()
+    kernels = described.get("linear_attention_kernels") or {}
+    rows = {f"kernel.{name}": str(impl) for name, impl in kernels.items()}
+    if described.get("cpu_allocator"):
+        rows["cpu_allocator"] = str(described["cpu_allocator"])
+    return rows
 
 
 def executed_config(

@@ -58,6 +58,7 @@ from losslab.backends.local.logprobs import (
     plan_microbatches,
     sequence_logprobs,
 )
+from losslab.backends.local.memory import cpu_allocator
 from losslab.backends.local.models import clone_sharing_weights
 from losslab.backends.local.sdk_surface import TrainingClientSurface, handle_as_callable
 from losslab.losses.tinker_adapter import CustomLossFn
@@ -242,6 +243,7 @@ class LocalTrainingClient(TrainingClientSurface):
             "steps": self._steps,
             "optimizer": self.optimizer_config(),
             "share_prefix": self._share_prefix,
+            **({"cpu_allocator": cpu_allocator()} if self._device.type == "cpu" else {}),
             **self._kernels(),
         }
 
