@@ -79,11 +79,11 @@ class _TargetLogprobs(torch.autograd.Function):
             eager_C = eager_M[s : s + CHUNK_ROWS]
             if not want_jacobian or not bool(eager_C.any()):
                 continue
-            if bool(eager_C.all()):  # the common case: no copy
-                jac.append(_chunk_jacobian(unnormalised_V_C, w_V_H, y_C, sum_C))
-            else:
-                e = eager_C.nonzero().squeeze(-1)
-                jac.append(_chunk_jacobian(unnormalised_V_C[:, e], w_V_H, y_C[e], sum_C[e]))
+            jac_C_H = _chunk_jacobian(unnormalised_V_C, w_V_H, y_C, sum_C)
+            # a mixed chunk (at most one: `target_logprobs` puts the eager rows first) keeps
+            # its eager rows' (C, H) Jacobians: gathering their (V, E) columns instead copied
+            # ~45 MB per chunk, more than the Jacobian of the few other rows costs
+            jac.append(jac_C_H if bool(eager_C.all()) else jac_C_H[eager_C])
         if not lse:
             empty = h_M_H.new_zeros((0,), dtype=torch.float32)
             ctx.save_for_backward(h_M_H, w_V_H, y_M, empty, eager_M, h_M_H.new_zeros((0, 0)))
@@ -124,6 +124,12 @@ def target_logprobs(
         return logp_M_V.gather(-1, y_M[:, None]).squeeze(-1)
     if eager_M is None:
         eager_M = torch.zeros(y_M.shape, dtype=torch.bool, device=y_M.device)
+    if bool(eager_M.any()) and not bool(eager_M.all()):
+        # eager rows first (stable), so chunks are all-eager or all-lazy but one: the trie's
+        # flat order interleaves prompt rows (lazy) with completion rows (eager)
+        order_M = torch.argsort((~eager_M).to(torch.int8), stable=True)
+        lp_sorted_M = _TargetLogprobs.apply(h_M_H[order_M], w_V_H, y_M[order_M], eager_M[order_M])
+        return lp_sorted_M[torch.argsort(order_M)]
     return _TargetLogprobs.apply(h_M_H, w_V_H, y_M, eager_M)
 
 
