@@ -262,6 +262,8 @@ def worker_trl(args) -> dict[str, Any]:
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
+    from losslab.backends.local.memory import cpu_allocator
+
     torch.set_num_threads(args.threads)
     rss = PeakRss()
     path = _model_dir(args.model)
@@ -394,9 +396,7 @@ def worker_trl(args) -> dict[str, Any]:
         "side": "trl",
         "prompt_ids": prompt_ids,
         "trl_version": trl.__version__,
-        "cpu_allocator": "transparent huge pages (THP_MEM_ALLOC_ENABLE=1, --trl-huge-pages)"
-        if os.environ.get("THP_MEM_ALLOC_ENABLE") == "1"
-        else "4 KB pages (torch's default, as TRL runs)",
+        "cpu_allocator": cpu_allocator(),
         "steps": steps,
         "peak_rss_gib_measured_steps": rss.peak,
         "ru_maxrss_gib": _ru_maxrss_gib(),
@@ -441,10 +441,11 @@ def _run_worker(python: str, side: str, args, extra: list[str] | None = None) ->
     cmd += extra or []
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), TOKENIZERS_PARALLELISM="false")
     # torch's huge-page CPU allocations: losslab's worker gets what `import losslab` picks;
-    # TRL runs as its users run it (torch's default) unless --trl-huge-pages asks for the same
+    # TRL runs as its users run it (torch's default, 0: set, so no losslab import in its
+    # worker can turn it on) unless --trl-huge-pages asks for the same
     env.pop("THP_MEM_ALLOC_ENABLE", None)
-    if side == "trl" and getattr(args, "trl_huge_pages", False):
-        env["THP_MEM_ALLOC_ENABLE"] = "1"
+    if side == "trl":
+        env["THP_MEM_ALLOC_ENABLE"] = "1" if getattr(args, "trl_huge_pages", False) else "0"
     src = str(HERE.parent / "src")
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
     print(f"[bench] {side}: {' '.join(cmd)}", file=sys.stderr, flush=True)

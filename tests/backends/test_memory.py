@@ -16,9 +16,9 @@ from losslab.backends.local.memory import KERNEL_THP, cpu_allocator
 ENV = losslab.THP_ENV
 
 
-def _python(code: str, **env: str | None) -> str:
+def _python(code: str, **env: str) -> str:
     child = {k: v for k, v in os.environ.items() if k != ENV}
-    child.update({k: v for k, v in env.items() if v is not None})
+    child.update(env)
     out = subprocess.run(
         [sys.executable, "-c", code], env=child, capture_output=True, text=True, check=True
     )

@@ -33,7 +33,7 @@ def compare_config(
     return PhaseResult(record, checks=checks)
 
 
-def reported_kernels(client: Any) -> dict[str, str]:
+def reported_by_backend(client: Any) -> dict[str, str]:
     """`{"kernel.<function>": implementation}` from the client's `describe()` where it names
     the kernels its linear-attention layers dispatch to (the local backend on a Gated-DeltaNet
     model: flash-linear-attention / causal-conv1d on CUDA when installed, else torch paths),
@@ -67,4 +67,4 @@ def executed_config(
         actual = read_back()
         for key in OPTIMIZER_KEYS:
             values[f"adam.{key}"] = {"plan": adam[key], "executed": actual.get(key)}
-    return compare_config(values, arm, reported_kernels(client))
+    return compare_config(values, arm, reported_by_backend(client))

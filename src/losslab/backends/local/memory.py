@@ -61,9 +61,10 @@ def cpu_allocator(kernel_thp: Path = KERNEL_THP) -> str:
     pages when `THP_MEM_ALLOC_ENABLE=1` reached torch (set by `import losslab`, or by the
     environment) and the kernel allows `madvise` huge pages; else 4 KB pages, with the reason."""
     value = os.environ.get(losslab.THP_ENV)
+    if value is None and losslab.TORCH_IMPORTED_FIRST:
+        return f"4 KB pages (torch was imported before losslab, {losslab.THP_ENV}=unset)"
     if value != "1":
-        why = "torch was imported before losslab, " if losslab.TORCH_IMPORTED_FIRST else ""
-        return f"4 KB pages ({why}{losslab.THP_ENV}={value or 'unset'})"
+        return f"4 KB pages ({losslab.THP_ENV}={value or 'unset'})"
     try:
         mode = kernel_thp.read_text()
     except OSError:
