@@ -491,11 +491,11 @@ CPU_CALIBRATION: dict[str, CpuCalibration] = {
         "bench/results_vs_trl.json (run D, SmolLM2-135M, 2026-12-01)",
     ),
     "qwen3_5": CpuCalibration(
-        0.322,
-        0.485,
-        139.4,
+        0.278,
+        0.378,
+        176.2,
         2,
-        "bench/results_vs_trl_qwen3_5.json (run H, random Qwen3.5 at SmolLM2's widths, 2026-12-02, 2 threads, 3 rounds, load 0.8-1.9)",
+        "bench/results_vs_trl_qwen3_5.json (run I, random Qwen3.5 at SmolLM2's widths, 2026-12-03, 2 threads, 3 rounds, load 0.8-1.9)",
     ),
 }
 """By architecture family; `tests/stats/test_cost.py` re-derives each entry from its JSON."""

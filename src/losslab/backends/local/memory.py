@@ -20,6 +20,17 @@ memory `malloc_trim` gave back fault in 2 MB at a time instead of 4 KB (512x few
 fewer TLB misses). Measured on the Qwen3.5 bench step (`bench/ab_rl_step.py --threads 2
 --rounds 2`, 2026-12-02): 0.866x the CPU seconds, peak RSS 2.60 vs 2.66 GiB. `import losslab`
 sets it when neither the environment nor an earlier `import torch` decided.
+
+Freed memory stays in the heap between the flushes (`keep_freed_memory`). glibc serves a large
+block (over its mmap threshold, at most 32 MB) from a fresh `mmap` and unmaps it on free, and
+trims the heap's top whenever 128 KB+ lie free there; so a decode step's (64, 49152) logits and
+their softmax, cumsum and exp (12.6 MB each) faulted in anew at every step: ~20 ms a tensor on
+this VM against ~1.7 ms for the same op into a reused buffer (measured inside a bench sampling
+run, 2026-12-03), ~60 ms of a ~300 ms decode step. With mmap off (`M_MMAP_MAX=0`) and automatic
+trimming off (`M_TRIM_THRESHOLD` at its maximum), every block comes from the heap and is reused;
+the explicit `release_free_memory` after each sampling flush still gives the pages back, so the
+training phase's peak is as before. `LocalServiceClient` sets this on the CPU; a process whose
+environment already sets `MALLOC_MMAP_MAX_` or `MALLOC_TRIM_THRESHOLD_` keeps its own choice.
 """
 
 from __future__ import annotations
@@ -37,29 +48,73 @@ KERNEL_THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
 
 @functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
+def _glibc_function(symbol: str) -> Callable[[int, int], int] | Callable[[int], int] | None:
+    """`malloc_trim` or `mallopt` of the C library, typed; None where there is none (glibc
+    only: musl and macOS lack both)."""
     name = ctypes.util.find_library("c")
     if name is None:
         return None
     try:
-        return ctypes.CDLL(name).malloc_trim  # glibc only; musl and macOS have none
+        function = getattr(ctypes.CDLL(name), symbol)
     except (OSError, AttributeError):
         return None
+    function.argtypes = [ctypes.c_int] * (2 if symbol == "mallopt" else 1)
+    function.restype = ctypes.c_int
+    return function
 
 
 def release_free_memory() -> bool:
     """Return the allocator's free pages to the OS; False where the C library cannot."""
-    trim = _malloc_trim()
+    trim = _glibc_function("malloc_trim")
     if trim is None:
         return False
     trim(0)
     return True
 
 
+# mallopt parameters (glibc's malloc.h)
+M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+MALLOC_ENV = ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_")
+_heap_kept: list[bool] = []  # set once per process by keep_freed_memory
+
+
+def keep_freed_memory() -> bool:
+    """Serve every block from glibc's heap and keep freed ones there for reuse (no per-block
+    `mmap`, no automatic trimming; see the module docstring). Once per process; False where the
+    C library has no `mallopt` or the environment already chose (`MALLOC_MMAP_MAX_`, ...)."""
+    if _heap_kept:
+        return _heap_kept[0]
+    mallopt = _glibc_function("mallopt")
+    chosen_by_env = any(name in os.environ for name in MALLOC_ENV)
+    kept = bool(
+        mallopt is not None
+        and not chosen_by_env
+        and mallopt(M_MMAP_MAX, 0) == 1
+        and mallopt(M_TRIM_THRESHOLD, 2**31 - 1) == 1
+    )
+    _heap_kept.append(kept)
+    return kept
+
+
+def heap_policy() -> str:
+    """How freed host memory is handled in this process, for the executed config."""
+    if _heap_kept and _heap_kept[0]:
+        return "freed blocks kept in the heap (mmap off, trimmed after each sampling flush)"
+    chosen = [f"{n}={os.environ[n]}" for n in MALLOC_ENV if n in os.environ]
+    if chosen:
+        return f"glibc defaults as the environment set them ({', '.join(chosen)})"
+    return "glibc defaults (large blocks mmapped and unmapped on free)"
+
+
 def cpu_allocator(kernel_thp: Path = KERNEL_THP) -> str:
-    """Which pages torch's CPU tensors get in this process, for the executed config: huge
-    pages when `THP_MEM_ALLOC_ENABLE=1` reached torch (set by `import losslab`, or by the
-    environment) and the kernel allows `madvise` huge pages; else 4 KB pages, with the reason."""
+    """Which pages torch's CPU tensors get in this process and what happens to freed ones, for
+    the executed config: `"<pages>; <heap_policy()>"`."""
+    return f"{cpu_pages(kernel_thp)}; {heap_policy()}"
+
+
+def cpu_pages(kernel_thp: Path = KERNEL_THP) -> str:
+    """Huge pages when `THP_MEM_ALLOC_ENABLE=1` reached torch (set by `import losslab`, or by
+    the environment) and the kernel allows `madvise` huge pages; else 4 KB pages, with why."""
     value = os.environ.get(losslab.THP_ENV)
     if value is None and losslab.TORCH_IMPORTED_FIRST:
         return f"4 KB pages (torch was imported before losslab, {losslab.THP_ENV}=unset)"

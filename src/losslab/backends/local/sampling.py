@@ -20,7 +20,9 @@ their tokens discarded), which is correct for any cache, just slower.
 Speed. A generation of at least `MERGE_MIN_TOKENS` planned tokens decodes with the LoRA
 weights merged into plain Linears (`merged_lora_linears`, swapped back afterwards), full-
 attention cache layers grow in place (`GrowingKVLayer`), logits are formed vocabulary-major,
-and the freed memory is returned to the OS after each flush (`memory.release_free_memory`).
+and the freed memory is returned to the OS after each flush (`memory.release_free_memory`);
+between flushes freed blocks stay in the heap for reuse (`memory.keep_freed_memory`: a decode
+step's 12.6 MB logits and softmax buffers no longer fault in anew at every step).
 
 Seeds. Every sequence has its own `torch.Generator`, so batching does not change which random
 numbers it sees: sample j of a request with `SamplingParams.seed = s` uses
@@ -505,7 +507,9 @@ class LocalSamplingClient(SamplingClientSurface):
             # `running` indexes the batch; `active` are the rows still generating (a subset
             # only on the plain path, where finished rows stay in the batch)
             at = [running.index(i) for i in active]
-            tok_A, lp_A = self._pick(logits_A_V[at], [rows[i] for i in active])
+            if at != list(range(logits_A_V.shape[0])):  # all rows: no (A, V) gather copy
+                logits_A_V = logits_A_V[at]
+            tok_A, lp_A = self._pick(logits_A_V, [rows[i] for i in active])
             keep: list[int] = []
             for a, i in enumerate(active):
                 r = rows[i]
@@ -540,11 +544,16 @@ class LocalSamplingClient(SamplingClientSurface):
     def _pick(logits_A_V: torch.Tensor, rows: Sequence[_Row]) -> tuple[torch.Tensor, torch.Tensor]:
         """One token per row by inverse CDF with the row's own uniform draw; returns the tokens
         and their log-probs under log_softmax(logits / T) (T = 1 for greedy rows)."""
-        logits_A_V = logits_A_V.float()
+        # one contiguous float copy: the vocabulary-major logits arrive as a transposed view,
+        # and every row-wise op below (softmax, cumsum) runs several times faster on rows
+        logits_A_V = logits_A_V.float().contiguous()
         dev = logits_A_V.device
-        temp_A = torch.tensor([r.temperature for r in rows], device=dev)
+        temps = [r.temperature for r in rows]
+        temp_A = torch.tensor(temps, device=dev)
         greedy_A = temp_A == 0
-        logp_A_V = torch.log_softmax(logits_A_V / torch.where(greedy_A, 1.0, temp_A)[:, None], -1)
+        if any(t not in (0.0, 1.0) for t in temps):  # x / 1 == x: skip the (A, V) division
+            logits_A_V = logits_A_V / torch.where(greedy_A, 1.0, temp_A)[:, None]
+        logp_A_V = torch.log_softmax(logits_A_V, -1)
         probs_A_V = logp_A_V.exp()
         top_k_A = torch.tensor([r.top_k if r.top_k > 0 else 0 for r in rows], device=dev)
         top_p_A = torch.tensor([r.top_p for r in rows], device=dev)
@@ -563,5 +572,6 @@ class LocalSamplingClient(SamplingClientSurface):
         x_A = u_A * cdf_A_V[:, -1]
         tok_A = torch.searchsorted(cdf_A_V, x_A[:, None], right=True).squeeze(-1)
         tok_A = tok_A.clamp(max=probs_A_V.shape[-1] - 1)
-        tok_A = torch.where(greedy_A, logits_A_V.argmax(-1), tok_A)
+        if bool(greedy_A.any()):
+            tok_A = torch.where(greedy_A, logits_A_V.argmax(-1), tok_A)
         return tok_A, logp_A_V.gather(-1, tok_A[:, None]).squeeze(-1)

@@ -14,6 +14,7 @@ from tinker import types
 
 from losslab.backends.futures import ClientFuture, CompletedFuture, client_future, run_eagerly
 from losslab.backends.local.logprobs import DEFAULT_MAX_TOKENS_PER_BATCH
+from losslab.backends.local.memory import keep_freed_memory
 from losslab.backends.local.models import (
     SMOLLM2_NAME,
     find_smollm2_gguf,
@@ -94,6 +95,8 @@ class LocalServiceClient:
         if self.device.type == "cpu" and dtype != "float32":
             raise ValueError(f"dtype={dtype!r} on CPU; the local backend uses float32 on CPU")
         self.dtype = _DTYPES[dtype]
+        if self.device.type == "cpu":
+            keep_freed_memory()  # no page faults per decode step (memory.py)
         self.state_dir = Path(state_dir) if state_dir else losslab_cache_dir() / "states"
         if num_threads is not None:
             if not isinstance(num_threads, int) or num_threads < 1:
