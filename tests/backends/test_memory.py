@@ -18,11 +18,13 @@ from losslab.backends.local.memory import KERNEL_THP, cpu_pages
 ENV = losslab.THP_ENV
 
 
-def _python(code: str, **env: str) -> str:
-    child = {k: v for k, v in os.environ.items() if k != ENV}
+def _python(code: str, *argv: str, **env: str) -> str:
+    """`code` in a fresh interpreter whose environment holds no THP or glibc malloc choice
+    but `env`'s."""
+    child = {k: v for k, v in os.environ.items() if k != ENV and not k.startswith("MALLOC_")}
     child.update(env)
     out = subprocess.run(
-        [sys.executable, "-c", code], env=child, capture_output=True, text=True, check=True
+        [sys.executable, "-c", code, *argv], env=child, capture_output=True, text=True, check=True
     )
     return out.stdout.strip()
 
@@ -101,16 +103,7 @@ REFAULT_PROBE = (
 
 
 def _refaults(mode: str, **env: str) -> tuple[str, int, str]:
-    child = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
-    child.update(env)
-    out = subprocess.run(
-        [sys.executable, "-c", REFAULT_PROBE, mode],
-        env=child,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    kept, faults, report = out.stdout.strip().split("|")
+    kept, faults, report = _python(REFAULT_PROBE, mode, **env).split("|")
     return kept, int(faults), report
 
 
@@ -121,8 +114,9 @@ def test_kept_heap_reuses_a_freed_block_without_faulting_it_in():
     Kept in the heap, the freed block is handed back as it is: the few faults left (40 measured)
     are the interpreter's own small objects, under an eighth of one block in 4 KB pages."""
     kept, faults_kept, report = _refaults("keep")
-    assert kept == "True" and report.endswith(
-        "; freed blocks kept in the heap " + "(mmap off, trimmed after each sampling flush)"
+    assert kept == "True"
+    assert report.endswith(
+        "; freed blocks kept in the heap (mmap off, trimmed after each sampling flush)"
     )
     _, faults_default, default_report = _refaults("default")
     assert default_report.endswith("; glibc defaults (large blocks mmapped and unmapped on free)")
@@ -141,6 +135,7 @@ def test_the_cpu_service_keeps_freed_memory():
     from losslab.backends.local import LocalServiceClient, memory
 
     LocalServiceClient(device="cpu")
-    assert memory._heap_kept == [memory.keep_freed_memory()]
+    assert memory._heap_kept is not None  # decided, and keep_freed_memory repeats it
+    assert memory._heap_kept == memory.keep_freed_memory()
     if GLIBC and not any(n in os.environ for n in memory.MALLOC_ENV):
-        assert memory._heap_kept == [True]
+        assert memory._heap_kept is True

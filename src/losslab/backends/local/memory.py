@@ -48,9 +48,9 @@ KERNEL_THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
 
 @functools.cache
-def _glibc_function(symbol: str) -> Callable[[int, int], int] | Callable[[int], int] | None:
-    """`malloc_trim` or `mallopt` of the C library, typed; None where there is none (glibc
-    only: musl and macOS lack both)."""
+def _glibc_function(symbol: str, int_args: int) -> Callable[..., int] | None:
+    """The C library's `symbol` taking `int_args` ints and returning an int (`malloc_trim`,
+    `mallopt`); None where there is none (glibc only: musl and macOS lack both)."""
     name = ctypes.util.find_library("c")
     if name is None:
         return None
@@ -58,14 +58,14 @@ def _glibc_function(symbol: str) -> Callable[[int, int], int] | Callable[[int], 
         function = getattr(ctypes.CDLL(name), symbol)
     except (OSError, AttributeError):
         return None
-    function.argtypes = [ctypes.c_int] * (2 if symbol == "mallopt" else 1)
+    function.argtypes = [ctypes.c_int] * int_args
     function.restype = ctypes.c_int
     return function
 
 
 def release_free_memory() -> bool:
     """Return the allocator's free pages to the OS; False where the C library cannot."""
-    trim = _glibc_function("malloc_trim")
+    trim = _glibc_function("malloc_trim", 1)
     if trim is None:
         return False
     trim(0)
@@ -75,30 +75,30 @@ def release_free_memory() -> bool:
 # mallopt parameters (glibc's malloc.h)
 M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
 MALLOC_ENV = ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_")
-_heap_kept: list[bool] = []  # set once per process by keep_freed_memory
+_heap_kept: bool | None = None  # decided once per process, by keep_freed_memory
 
 
 def keep_freed_memory() -> bool:
     """Serve every block from glibc's heap and keep freed ones there for reuse (no per-block
     `mmap`, no automatic trimming; see the module docstring). Once per process; False where the
     C library has no `mallopt` or the environment already chose (`MALLOC_MMAP_MAX_`, ...)."""
-    if _heap_kept:
-        return _heap_kept[0]
-    mallopt = _glibc_function("mallopt")
+    global _heap_kept
+    if _heap_kept is not None:
+        return _heap_kept
+    mallopt = _glibc_function("mallopt", 2)
     chosen_by_env = any(name in os.environ for name in MALLOC_ENV)
-    kept = bool(
+    _heap_kept = bool(
         mallopt is not None
         and not chosen_by_env
         and mallopt(M_MMAP_MAX, 0) == 1
         and mallopt(M_TRIM_THRESHOLD, 2**31 - 1) == 1
     )
-    _heap_kept.append(kept)
-    return kept
+    return _heap_kept
 
 
 def heap_policy() -> str:
     """How freed host memory is handled in this process, for the executed config."""
-    if _heap_kept and _heap_kept[0]:
+    if _heap_kept:
         return "freed blocks kept in the heap (mmap off, trimmed after each sampling flush)"
     chosen = [f"{n}={os.environ[n]}" for n in MALLOC_ENV if n in os.environ]
     if chosen:

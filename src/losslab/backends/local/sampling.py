@@ -572,6 +572,6 @@ class LocalSamplingClient(SamplingClientSurface):
         x_A = u_A * cdf_A_V[:, -1]
         tok_A = torch.searchsorted(cdf_A_V, x_A[:, None], right=True).squeeze(-1)
         tok_A = tok_A.clamp(max=probs_A_V.shape[-1] - 1)
-        if bool(greedy_A.any()):
+        if 0.0 in temps:
             tok_A = torch.where(greedy_A, logits_A_V.argmax(-1), tok_A)
         return tok_A, logp_A_V.gather(-1, tok_A[:, None]).squeeze(-1)
