@@ -14,6 +14,8 @@ import torch
 from tinker import types
 
 from losslab.backends.local import sampling
+from losslab.backends.local.linear_attention import linear_attention_modules
+from losslab.backends.local.logprobs import causal_lm
 from losslab.backends.local.tiny import TINY_ARCHS
 from losslab.backends.restoration import restoration_preflight
 
@@ -57,10 +59,17 @@ def _max_diff(a, b):
 
 
 @pytest.mark.parametrize("arch", TINY_ARCHS)
-def test_sampling_matches_logprobs_and_is_seed_deterministic(service, tiny_dirs, arch):
+def test_sampling_matches_logprobs_and_is_seed_deterministic(service, tiny_dirs, arch, monkeypatch):
     tc = _trained(service, str(tiny_dirs[arch]))
     s = tc.save_weights_and_get_sampling_client().result()
+    converted = []  # Gated-DeltaNet states the sampler stored value-major (after every reorder)
+    to_value_major = sampling.value_major_states
+    monkeypatch.setattr(
+        sampling, "value_major_states", lambda c: converted.append(to_value_major(c))
+    )
     batched = _sample_all(s)
+    hybrid = bool(linear_attention_modules(causal_lm(tc._model)))
+    assert (sum(converted) > 0) == hybrid  # so the comparisons below cover that layout
     lengths = [len(q.tokens) for q in batched[1].sequences]
     assert min(lengths) < 7, "no row stopped early: the row-dropping path went untested"
     for p, resp in zip(PROMPTS[:2], batched[:2], strict=True):  # T = 1 requests

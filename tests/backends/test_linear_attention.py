@@ -78,27 +78,55 @@ def test_chunk_rule_equals_the_reference(shape):
         assert _close(a, b) <= TOL
 
 
-def test_recurrent_step_equals_the_reference_and_updates_the_cache_state_in_place():
+# the cache's state as transformers stores it, and as the sampler does (`value_major_states`:
+# the same (B, H, Dk, Dv) values in the memory of a contiguous (B, H, Dv, Dk))
+LAYOUTS = {"contiguous": torch.Tensor.clone, "value-major": la.value_major}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_recurrent_step_equals_the_reference_and_updates_the_cache_state_in_place(layout):
+    """Without autograd the cache's own tensor is updated in place and keeps its layout (so
+    the next decode step takes the same path); with autograd the initial state is left alone
+    and the values and gradients (the initial state's too) equal the reference's."""
     xs = _inputs(4, 3, 2, 4, 8)  # three tokens, one at a time as the decode loop would
+    store = LAYOUTS[layout]
     with torch.no_grad():
         q, k, v, g, beta, s0 = (x.detach() for x in xs)
         ref_out, ref_state = REF["torch_recurrent_gated_delta_rule"](
             q, k, v, g=g, beta=beta, initial_state=s0.clone(), output_final_state=True,
             use_qk_l2norm_in_kernel=True,
         )  # fmt: skip
-        cache_state = s0.clone()
+        cache_state = store(s0)
+        assert torch.equal(cache_state, s0)
+        assert la.is_value_major(cache_state) != cache_state.is_contiguous()
         out, state = la.recurrent_gated_delta_rule(
             q, k, v, g, beta, cache_state, output_final_state=True, use_qk_l2norm_in_kernel=True
         )
     assert _close(out, ref_out) <= TOL and _close(state, ref_state) <= TOL
     assert state.data_ptr() == cache_state.data_ptr()  # the cache's own tensor, updated
-    # with autograd the initial state is left alone and gradients equal the reference's
+    assert state.stride() == cache_state.stride()
     ref = _values_and_grads(REF["torch_recurrent_gated_delta_rule"], xs)
+    xs = [*xs[:5], store(xs[5].detach()).requires_grad_()]
     before = xs[5].detach().clone()
     ours = _values_and_grads(la.recurrent_gated_delta_rule, xs)
     assert torch.equal(xs[5].detach(), before)
     for a, b in zip((ours[0], ours[1], *ours[2]), (ref[0], ref[1], *ref[2]), strict=True):
         assert _close(a, b) <= TOL
+
+
+def test_value_major_states_converts_each_float32_state_of_a_cache_once():
+    from types import SimpleNamespace
+
+    s = torch.randn(2, 3, 4, 5)
+    # transformers' LinearAttentionLayer: {state index: tensor or None}
+    states = {0: s.clone(), 1: s.clone().to(torch.float64), 2: None}
+    layer = SimpleNamespace(recurrent_states=states)
+    cache = SimpleNamespace(layers=[layer, SimpleNamespace(keys=torch.zeros(1))])
+    assert la.value_major_states(cache) == 1  # float32 only: other dtypes are left alone
+    assert la.is_value_major(layer.recurrent_states[0])
+    assert torch.equal(layer.recurrent_states[0], s)
+    assert la.value_major_states(cache) == 0  # already value-major
+    assert la.value_major_states(SimpleNamespace()) == 0  # a cache without layers
 
 
 def test_conv_decode_step_equals_the_reference():

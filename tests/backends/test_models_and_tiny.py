@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -174,3 +176,30 @@ def test_hub_failure_names_the_command(tmp_path, monkeypatch):
     msg = str(err.value)
     assert "ConnectionError: hub unreachable" in msg
     assert "`hf download some-org/gone --revision abc123`" in msg
+
+
+def test_offline_also_sets_the_flags_of_libraries_imported_before_it(monkeypatch):
+    """datasets and huggingface_hub read their offline flags once, at import: a process that
+    imported them online and then measured GSM8K prompts (`stats.cost.task_for_cost`) retried
+    the hub 5 times (~25 s here, no network) although HF_DATASETS_OFFLINE=1 was set by then.
+    `offline()` sets the imported constants too, and restores them and the environment."""
+    import datasets.config
+    import huggingface_hub.constants
+
+    from losslab.backends.local.models import OFFLINE_ENV, offline
+
+    for module, attribute in (
+        (huggingface_hub.constants, "HF_HUB_OFFLINE"),
+        (datasets.config, "HF_HUB_OFFLINE"),
+        (datasets.config, "HF_DATASETS_OFFLINE"),
+    ):
+        monkeypatch.setattr(module, attribute, False)
+    for name in OFFLINE_ENV:
+        monkeypatch.delenv(name, raising=False)
+    with offline():
+        assert huggingface_hub.constants.HF_HUB_OFFLINE is True
+        assert datasets.config.HF_HUB_OFFLINE is True and datasets.config.HF_DATASETS_OFFLINE
+        assert all(os.environ[name] == "1" for name in OFFLINE_ENV)
+    assert huggingface_hub.constants.HF_HUB_OFFLINE is False
+    assert datasets.config.HF_HUB_OFFLINE is False and datasets.config.HF_DATASETS_OFFLINE is False
+    assert not any(name in os.environ for name in OFFLINE_ENV)

@@ -491,11 +491,11 @@ CPU_CALIBRATION: dict[str, CpuCalibration] = {
         "bench/results_vs_trl.json (run D, SmolLM2-135M, 2026-12-01)",
     ),
     "qwen3_5": CpuCalibration(
-        0.278,
-        0.378,
-        176.2,
+        0.393,
+        0.464,
+        139.8,
         2,
-        "bench/results_vs_trl_qwen3_5.json (run I, random Qwen3.5 at SmolLM2's widths, 2026-12-03, 2 threads, 3 rounds, load 0.8-1.9)",
+        "bench/results_vs_trl_qwen3_5.json (run K, random Qwen3.5 at SmolLM2's widths, 2026-12-03, 2 threads, 3 rounds, load 0.3-2.0)",
     ),
 }
 """By architecture family; `tests/stats/test_cost.py` re-derives each entry from its JSON."""
@@ -602,25 +602,17 @@ def local_config_and_tokenizer(base_model: str) -> tuple[Any | None, Any | None]
 def task_for_cost(plan: Plan, data: Any | None) -> Any | None:
     """The plan's task for measuring prompts: from `data`, an offline generator, or the local
     datasets cache (offline); None when none of them has it."""
-    import os
-
+    from losslab.backends.local.models import offline
     from losslab.tasks import make_task
 
     config = dict(plan.engine.task_config)
     data = data or config.pop("data", None)
     config.pop("data", None)
-    saved = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
-    os.environ.update({k: "1" for k in saved})  # measuring must never wait on the network
-    try:
-        return make_task(plan.task_name, seed=plan.arms[0].seed, data=data, **config)
-    except Exception:  # no data here: the projection uses the plan's upper bound instead
-        return None
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with offline():  # measuring must never wait on the network
+        try:
+            return make_task(plan.task_name, seed=plan.arms[0].seed, data=data, **config)
+        except Exception:  # no data here: the projection uses the plan's upper bound instead
+            return None
 
 
 def plan_cost(

@@ -21,8 +21,9 @@ function) and keeps transformers' function as the fallback:
   per-chunk slices, so its backward materialises a zero tensor of the whole output for every
   chunk (`select_backward` + `fill_`, quadratic in the chunks); here the chunks are `unbind`
   views and the outputs one `stack`, the two triangular solves one, and the decode step
-  updates the recurrent state in place with two batched matmuls instead of allocating it
-  five times.
+  updates the recurrent state in place (one batched matmul and a rank-one `addcmul_`) instead
+  of allocating it five times; the sampler stores the states value-major
+  (`value_major_states`), the layout in which that matmul runs at the memory's speed.
 - **CUDA**: `flash-linear-attention`'s `chunk_gated_delta_rule` / `fused_recurrent_gated_delta_rule`
   and `causal-conv1d`'s kernels when installed (the `gpu` extra), also per tree level.
 
@@ -221,6 +222,44 @@ def chunk_gated_delta_rule(
     return out, state if output_final_state else None
 
 
+def is_value_major(state: Tensor) -> bool:
+    """True when a (B, H, Dk, Dv) recurrent state is stored value-major: the memory of a
+    contiguous (B, H, Dv, Dk) tensor (`value_major`)."""
+    return state.dim() == 4 and state.transpose(-1, -2).is_contiguous()
+
+
+def value_major(state: Tensor) -> Tensor:
+    """The same (B, H, Dk, Dv) values stored value-major (one copy). The decode step reads
+    `[k; q] S` as `S^T [k; q]^T`, a batched matrix-vector product over contiguous rows of `S^T`:
+    0.51 vs 1.17 ms a layer at 64 rows on the bench model, where the (2, Dk) x (Dk, Dv) form
+    ran far below the memory's speed (`bench/results_vs_trl_qwen3_5.json`'s VM, 2026-12-03)."""
+    return state.transpose(-1, -2).contiguous().transpose(-1, -2)
+
+
+def value_major_states(cache: Any) -> int:
+    """Store every float32 CPU recurrent state of a transformers hybrid cache value-major, in
+    place of the cache's own tensors (after a prefill or a `reorder_cache`, whose
+    `index_select` makes them contiguous again); returns how many were converted. Caches
+    without `layers[i].recurrent_states` (transformers' dict of states) are left alone, and so are CUDA states: the
+    flash-linear-attention kernels take the contiguous layout."""
+    converted = 0
+    for layer in getattr(cache, "layers", ()):
+        states = getattr(layer, "recurrent_states", None)  # {state index: tensor or None}
+        if not isinstance(states, dict):
+            continue
+        for i, state in states.items():
+            if (
+                isinstance(state, Tensor)
+                and state.device.type == "cpu"
+                and state.dtype == torch.float32
+                and state.dim() == 4
+                and not is_value_major(state)
+            ):
+                states[i] = value_major(state)
+                converted += 1
+    return converted
+
+
 def recurrent_gated_delta_rule(
     query: Tensor,
     key: Tensor,
@@ -235,10 +274,11 @@ def recurrent_gated_delta_rule(
 
     Per token: `S' = S exp(g) + k^T delta` with `delta = (v - k S exp(g)) beta`, and
     `o = q S' = exp(g) (q S) + (q . k) delta`, so one batched matmul `[k; q] S` reads the
-    (B H, Dk, Dv) state once and the update writes it once (a scale and a rank-one `baddbmm`):
+    (B H, Dk, Dv) state once and the update writes it once (a scale and a rank-one `addcmul_`):
     decoding is bound by these state passes (12.6 MB a layer at 64 rows on the bench model).
     Without autograd a float32 `initial_state` (the cache's own tensor) is updated in place
-    and returned, so the cache's `copy_` of it is a no-op; with autograd it is left untouched."""
+    and returned, so the cache's `copy_` of it is a no-op; with autograd it is left untouched.
+    A value-major state (`value_major_states`, the sampler's layout) runs as `S^T [k; q]^T`."""
     out_dtype = query.dtype
     q, k, v, g, beta = _heads_first(query, key, value, g, beta, use_qk_l2norm_in_kernel)
     batch, heads, length, dk = k.shape
@@ -247,13 +287,16 @@ def recurrent_gated_delta_rule(
         initial_state is not None
         and not torch.is_grad_enabled()
         and initial_state.dtype == torch.float32
-        and initial_state.is_contiguous()
+        and (initial_state.is_contiguous() or is_value_major(initial_state))
     )
     if initial_state is None:
         state = q.new_zeros((batch, heads, dk, dv))
     else:
         state = initial_state if in_place else initial_state.to(torch.float32).clone()
-    s_M_K_V = state.view(batch * heads, dk, dv)
+    by_value = is_value_major(state) and not state.is_contiguous()
+    # (B H, Dv, Dk) rows of S^T when value-major, else (B H, Dk, Dv) rows of S
+    s_M = state.transpose(-1, -2) if by_value else state
+    s_M = s_M.reshape(batch * heads, *s_M.shape[-2:])
     out = q.new_empty((batch, heads, length, dv))
     decay = g.exp()
     for t in range(length):
@@ -262,15 +305,24 @@ def recurrent_gated_delta_rule(
         v_t = v[:, :, t].reshape(batch * heads, 1, dv)
         d_t = decay[:, :, t].reshape(batch * heads, 1, 1)
         b_t = beta[:, :, t].reshape(batch * heads, 1, 1)
-        k_s, q_s = torch.bmm(torch.cat([k_t, q_t], dim=1), s_M_K_V).split(1, dim=1)
-        delta = (v_t - k_s * d_t) * b_t
-        if in_place:
-            s_M_K_V.mul_(d_t).baddbmm_(k_t.transpose(1, 2), delta)
+        kq_M_2_K = torch.cat([k_t, q_t], dim=1)
+        if by_value:  # (B H, Dv, Dk) @ (B H, Dk, 2) -> (B H, 2, Dv)
+            k_s, q_s = torch.bmm(s_M, kq_M_2_K.transpose(1, 2)).transpose(1, 2).split(1, dim=1)
         else:
-            s_M_K_V = torch.baddbmm(s_M_K_V * d_t, k_t.transpose(1, 2), delta)
+            k_s, q_s = torch.bmm(kq_M_2_K, s_M).split(1, dim=1)
+        delta = (v_t - k_s * d_t) * b_t  # (B H, 1, Dv)
+        # the rank-one update k^T delta, in the stored orientation
+        outer = (delta.transpose(1, 2), k_t) if by_value else (k_t.transpose(1, 2), delta)
+        if in_place:
+            s_M.mul_(d_t).addcmul_(*outer)
+        else:
+            s_M = torch.addcmul(s_M * d_t, *outer)
         q_k = (q_t * k_t).sum(-1, keepdim=True)
         out[:, :, t] = (q_s * d_t + q_k * delta).view(batch, heads, dv)
-    state = s_M_K_V.view(batch, heads, dk, dv)
+    if by_value:
+        state = s_M.view(batch, heads, dv, dk).transpose(-1, -2)
+    else:
+        state = s_M.view(batch, heads, dk, dv)
     out = out.transpose(1, 2).to(out_dtype, memory_format=torch.contiguous_format)
     return out, state if output_final_state else None
 

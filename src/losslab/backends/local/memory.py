@@ -1,36 +1,35 @@
-"""Giving freed host memory back to the operating system between the phases of an RL step.
+"""What happens to freed host memory between the phases of an RL step on the CPU.
 
-glibc's allocator keeps freed heap chunks for reuse. A sampling phase (merged decode weights,
-KV caches, 50 MB logits chunks) and a training phase (activations of one fused micro-batch)
-free hundreds of MB of differently sized tensors, and the heap keeps most of them resident:
-on SmolLM2-135M at the bench settings (8 x 8 x 32, 53-token prompts) the training phase peaked
-at 2.93 GiB RSS with 1.57 GiB still resident from sampling, and at 2.4-2.5 GiB when that
-memory was returned first (`bench/bench_vs_trl.py`, measured 2026-12-01). `malloc_trim(0)`
-returns the free pages (of the whole heap, not only its top, since glibc 2.8). It is called
-after each sampling flush only: after a training pass it cost ~0.16 s a call (walking ~1 GB of
-freed activations) and did not lower the step's peak, since the next pass reuses that memory
-(`bench/profile_rl_step.py`: 2.59 GiB with, 2.57 GiB without). Forcing every large tensor onto
-mmap instead (`M_MMAP_THRESHOLD`) also bounds RSS but made the step ~40% slower from page
-faults, so it is not used.
+Freed memory stays in glibc's heap for the next phase (`keep_freed_memory`, set by the CPU
+`LocalServiceClient`). By default glibc serves a large block (over its mmap threshold, at most
+32 MB) from a fresh `mmap`, unmaps it on free, and trims the heap's top whenever 128 KB+ lie
+free there; so a decode step's (64, 49152) logits and their softmax, cumsum and exp (12.6 MB
+each) faulted in anew at every step: ~20 ms a tensor on this VM against ~1.7 ms for the same
+op into a reused buffer (measured inside a bench sampling run, 2026-12-03), ~60 ms of a ~300
+ms decode step. With mmap off (`M_MMAP_MAX=0`) and automatic trimming off (`M_TRIM_THRESHOLD`
+at its maximum) every block comes from the heap and is reused.
+
+With the heap kept, the sampling flush does not return its pages either (`after_sampling`):
+the training pass that follows reuses them. Returning them (`malloc_trim(0)`, of the whole
+heap since glibc 2.8) made that pass fault its activations in anew: on the Qwen3.5 bench step
+(`bench/profile_rl_step.py --arch qwen3_5`, 3 steps, 2026-12-03) the first minibatch's
+`forward_backward_custom` took 393k minor faults and 9.7 s of system time with the trim,
+79k and 4.2 s without; peak RSS 2.58 vs 2.54 GiB (`bench/ab_rl_step.py --threads 2 --rounds 2`,
+0.989x the CPU seconds), and on SmolLM2 2.18 GiB either way (1.001x). The trim was added
+(2026-12-01) when glibc's defaults held: then large blocks went back to the OS on free, and
+what stayed resident after sampling was heap fragments training could not reuse (the training
+phase peaked at 2.93 GiB with 1.57 GiB still resident from sampling, 2.4-2.5 GiB with the
+trim). So it still runs after each flush where the heap is not kept (the environment chose
+`MALLOC_MMAP_MAX_` / `MALLOC_TRIM_THRESHOLD_`, or no `mallopt`). Forcing every large tensor
+onto mmap (`M_MMAP_THRESHOLD`) bounds RSS too but made the step ~40% slower from page faults.
 
 Page faults are also why CPU tensors go on transparent huge pages (`cpu_allocator`): torch's
 CPU allocator, with `THP_MEM_ALLOC_ENABLE=1`, aligns allocations to 2 MB and `madvise`s the
-large ones `MADV_HUGEPAGE`, so the 50 MB logits chunks, the activations of a pass and the
-memory `malloc_trim` gave back fault in 2 MB at a time instead of 4 KB (512x fewer faults,
-fewer TLB misses). Measured on the Qwen3.5 bench step (`bench/ab_rl_step.py --threads 2
---rounds 2`, 2026-12-02): 0.866x the CPU seconds, peak RSS 2.60 vs 2.66 GiB. `import losslab`
-sets it when neither the environment nor an earlier `import torch` decided.
-
-Freed memory stays in the heap between the flushes (`keep_freed_memory`). glibc serves a large
-block (over its mmap threshold, at most 32 MB) from a fresh `mmap` and unmaps it on free, and
-trims the heap's top whenever 128 KB+ lie free there; so a decode step's (64, 49152) logits and
-their softmax, cumsum and exp (12.6 MB each) faulted in anew at every step: ~20 ms a tensor on
-this VM against ~1.7 ms for the same op into a reused buffer (measured inside a bench sampling
-run, 2026-12-03), ~60 ms of a ~300 ms decode step. With mmap off (`M_MMAP_MAX=0`) and automatic
-trimming off (`M_TRIM_THRESHOLD` at its maximum), every block comes from the heap and is reused;
-the explicit `release_free_memory` after each sampling flush still gives the pages back, so the
-training phase's peak is as before. `LocalServiceClient` sets this on the CPU; a process whose
-environment already sets `MALLOC_MMAP_MAX_` or `MALLOC_TRIM_THRESHOLD_` keeps its own choice.
+large ones `MADV_HUGEPAGE`, so the 50 MB logits chunks and the activations of a pass fault in
+2 MB at a time instead of 4 KB (512x fewer faults, fewer TLB misses). Measured on the Qwen3.5
+bench step (`bench/ab_rl_step.py --threads 2 --rounds 2`, 2026-12-02): 0.866x the CPU seconds,
+peak RSS 2.60 vs 2.66 GiB. `import losslab` sets it when neither the environment nor an
+earlier `import torch` decided.
 """
 
 from __future__ import annotations
@@ -72,6 +71,13 @@ def release_free_memory() -> bool:
     return True
 
 
+def after_sampling() -> bool:
+    """End of a sampling flush: where the heap is kept (`keep_freed_memory`), its freed pages
+    stay for the training pass that follows; otherwise they go back to the OS. True when the
+    pages were returned."""
+    return False if _heap_kept else release_free_memory()
+
+
 # mallopt parameters (glibc's malloc.h)
 M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
 MALLOC_ENV = ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_")
@@ -97,9 +103,10 @@ def keep_freed_memory() -> bool:
 
 
 def heap_policy() -> str:
-    """How freed host memory is handled in this process, for the executed config."""
+    """How freed host memory is handled in this process, for the executed config (the same
+    words in any process: the bench's TRL worker reports with it too)."""
     if _heap_kept:
-        return "freed blocks kept in the heap (mmap off, trimmed after each sampling flush)"
+        return "freed blocks kept in the heap for the next phase (mmap off, no trimming)"
     chosen = [f"{n}={os.environ[n]}" for n in MALLOC_ENV if n in os.environ]
     if chosen:
         return f"glibc defaults as the environment set them ({', '.join(chosen)})"

@@ -28,6 +28,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -94,19 +95,41 @@ def model_cache_dir(name: str) -> Path:
     return losslab_cache_dir() / "models" / name.replace("/", "--")
 
 
+OFFLINE_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+# (module, attribute): offline flags the Hugging Face libraries read from the environment once,
+# at import; a library imported before `offline()` would otherwise still go to the network
+# (datasets retried the hub 5 times, ~25 s, with no network and HF_DATASETS_OFFLINE=1 set late)
+OFFLINE_CONSTANTS = (
+    ("huggingface_hub.constants", "HF_HUB_OFFLINE"),
+    ("datasets.config", "HF_HUB_OFFLINE"),
+    ("datasets.config", "HF_DATASETS_OFFLINE"),
+)
+
+
 @contextlib.contextmanager
-def _offline() -> Iterator[None]:
-    """HF_HUB_OFFLINE=1 while we load (restored afterwards, so other packages in the process
-    keep their settings); every call also passes local_files_only=True, the actual guard."""
-    saved = os.environ.get("HF_HUB_OFFLINE")
-    os.environ["HF_HUB_OFFLINE"] = "1"
+def offline() -> Iterator[None]:
+    """No Hugging Face network access inside: `HF_HUB_OFFLINE=1` and `HF_DATASETS_OFFLINE=1`,
+    and the same flags on those libraries if they are already imported; all restored afterwards,
+    so other packages in the process keep their settings. Loads also pass local_files_only=True,
+    the actual guard for transformers."""
+    saved_env = {name: os.environ.get(name) for name in OFFLINE_ENV}
+    saved_constants = []
+    for module_name, attribute in OFFLINE_CONSTANTS:
+        module = sys.modules.get(module_name)
+        if module is not None and hasattr(module, attribute):
+            saved_constants.append((module, attribute, getattr(module, attribute)))
+            setattr(module, attribute, True)
+    os.environ.update(dict.fromkeys(OFFLINE_ENV, "1"))
     try:
         yield
     finally:
-        if saved is None:
-            os.environ.pop("HF_HUB_OFFLINE", None)
-        else:
-            os.environ["HF_HUB_OFFLINE"] = saved
+        for name, value in saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        for module, attribute, value in saved_constants:
+            setattr(module, attribute, value)
 
 
 def find_smollm2_gguf() -> Path | None:
@@ -189,7 +212,7 @@ def resolve_model(base_model: str) -> ResolvedModel:
             f"base_model {base_model!r} is neither a local directory with config.json nor a "
             "Hugging Face repo id 'org/name'. Looked at: " + "; ".join(looked)
         )
-    with _offline():
+    with offline():
         snap = _hf_snapshot(name, revision, download=False)
     if snap is not None:
         return ResolvedModel(name=name, path=snap, source="hf-cache", revision=snap.name)
@@ -225,7 +248,7 @@ def build_cache_from_gguf(gguf: Path, target: Path) -> None:
 
     try:
         with atomic_dir(target, overwrite=False) as tmp:
-            with _offline():
+            with offline():
                 tok = AutoTokenizer.from_pretrained(
                     str(gguf.parent), gguf_file=gguf.name, local_files_only=True
                 )
@@ -272,7 +295,7 @@ def load_base_model(path: Path, device: torch.device, dtype: torch.dtype) -> tor
         if model is None:
             from transformers import AutoModelForCausalLM
 
-            with _offline():
+            with offline():
                 model = AutoModelForCausalLM.from_pretrained(
                     str(path), dtype=dtype, local_files_only=True
                 )
@@ -296,7 +319,7 @@ def clone_sharing_weights(model: torch.nn.Module) -> torch.nn.Module:
 def load_tokenizer(path: Path):
     from transformers import AutoTokenizer
 
-    with _offline():
+    with offline():
         return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
 
 

@@ -20,9 +20,9 @@ their tokens discarded), which is correct for any cache, just slower.
 Speed. A generation of at least `MERGE_MIN_TOKENS` planned tokens decodes with the LoRA
 weights merged into plain Linears (`merged_lora_linears`, swapped back afterwards), full-
 attention cache layers grow in place (`GrowingKVLayer`), logits are formed vocabulary-major,
-and the freed memory is returned to the OS after each flush (`memory.release_free_memory`);
-between flushes freed blocks stay in the heap for reuse (`memory.keep_freed_memory`: a decode
-step's 12.6 MB logits and softmax buffers no longer fault in anew at every step).
+and freed blocks stay in the heap for reuse (`memory.keep_freed_memory`: a decode step's 12.6
+MB logits and softmax buffers no longer fault in anew at every step, and the training pass after
+a flush reuses its pages; `memory.after_sampling` returns them only where the heap is not kept).
 
 Seeds. Every sequence has its own `torch.Generator`, so batching does not change which random
 numbers it sees: sample j of a request with `SamplingParams.seed = s` uses
@@ -62,13 +62,13 @@ from transformers.cache_utils import DynamicLayer
 
 from losslab.backends.futures import CompletedFuture, LazyFuture
 from losslab.backends.local.fused import plain_lora_layers, swapped_modules
-from losslab.backends.local.linear_attention import install_for
+from losslab.backends.local.linear_attention import install_for, value_major_states
 from losslab.backends.local.logprobs import (
     plain_unembedding,
     sequence_logprobs,
     vocab_major_logits,
 )
-from losslab.backends.local.memory import release_free_memory
+from losslab.backends.local.memory import after_sampling
 from losslab.backends.local.sdk_surface import SamplingClientSurface
 
 DEFAULT_MAX_TOKENS = 512
@@ -388,7 +388,7 @@ class LocalSamplingClient(SamplingClientSurface):
                 raise
             for req, resp in zip(batch, responses, strict=True):
                 req.future.set_result(resp)
-            release_free_memory()  # merged weights, caches and logits: back to the OS
+            after_sampling()  # merged weights, caches, logits: kept for training, or to the OS
 
     def _rows_for(self, b: int, req: _Request) -> list[_Row]:
         p = req.params
@@ -498,6 +498,7 @@ class LocalSamplingClient(SamplingClientSurface):
                 ids_P_L, mask_P_L, pos_P_L, decode_cache(self._lm, capacity)
             )
             sel = torch.arange(len(rows), device=dev)
+        value_major_states(cache)  # the decode step's faster layout (CPU Gated DeltaNet)
         logits_A_V = logits_P_V[sel]
         mask_A_L = mask_P_L[sel]
         next_pos_A = pos_P_L[sel, -1] + 1
@@ -531,6 +532,7 @@ class LocalSamplingClient(SamplingClientSurface):
             if selectable and len(active) < len(running):
                 idx = torch.tensor([running.index(i) for i in active], device=dev)
                 cache.reorder_cache(idx)
+                value_major_states(cache)  # index_select made the states contiguous again
                 mask_A_L, next_pos_A = mask_A_L[idx], next_pos_A[idx]
                 running = list(active)
             tok_A = torch.tensor([rows[i].tokens[-1] for i in running], device=dev)
