@@ -240,8 +240,8 @@ def value_major_states(cache: Any) -> int:
     """Store every float32 CPU recurrent state of a transformers hybrid cache value-major, in
     place of the cache's own tensors (after a prefill or a `reorder_cache`, whose
     `index_select` makes them contiguous again); returns how many were converted. Caches
-    without `layers[i].recurrent_states` (transformers' dict of states) are left alone, and so are CUDA states: the
-    flash-linear-attention kernels take the contiguous layout."""
+    without `layers[i].recurrent_states` (transformers' dict of states) are left alone, and so
+    are CUDA states: the flash-linear-attention kernels take the contiguous layout."""
     converted = 0
     for layer in getattr(cache, "layers", ()):
         states = getattr(layer, "recurrent_states", None)  # {state index: tensor or None}

@@ -176,6 +176,14 @@ class GrowingKVLayer(DynamicLayer):
         return self.keys, self.values
 
 
+def _select_rows(cache: Any, index: torch.Tensor) -> None:
+    """Keep / repeat the cache's batch rows `index` (`reorder_cache`), its Gated-DeltaNet
+    states then stored value-major again (`index_select` makes them contiguous): the layout the
+    CPU decode step reads fastest (`linear_attention.value_major_states`)."""
+    cache.reorder_cache(index)
+    value_major_states(cache)
+
+
 def decode_cache(lm: torch.nn.Module, capacity: int) -> Any:
     """A `DynamicCache` for `lm` whose plain full-attention layers are `GrowingKVLayer`s of
     `capacity` positions (other layer kinds, sliding-window or linear-attention, as
@@ -491,14 +499,15 @@ class LocalSamplingClient(SamplingClientSurface):
         )
         selectable = rows_selectable(cache)
         if selectable:  # the group's prompt was prefilled once; repeat its cache rows
-            cache.reorder_cache(sel)
-        elif len(prompts) != len(rows):  # no row surgery: prefill every row's own copy
-            ids_P_L, mask_P_L, pos_P_L = ids_P_L[sel], mask_P_L[sel], pos_P_L[sel]
-            logits_P_V, cache = self._forward(
-                ids_P_L, mask_P_L, pos_P_L, decode_cache(self._lm, capacity)
-            )
-            sel = torch.arange(len(rows), device=dev)
-        value_major_states(cache)  # the decode step's faster layout (CPU Gated DeltaNet)
+            _select_rows(cache, sel)
+        else:
+            if len(prompts) != len(rows):  # no row surgery: prefill every row's own copy
+                ids_P_L, mask_P_L, pos_P_L = ids_P_L[sel], mask_P_L[sel], pos_P_L[sel]
+                logits_P_V, cache = self._forward(
+                    ids_P_L, mask_P_L, pos_P_L, decode_cache(self._lm, capacity)
+                )
+                sel = torch.arange(len(rows), device=dev)
+            value_major_states(cache)  # the decode step's faster layout (CPU Gated DeltaNet)
         logits_A_V = logits_P_V[sel]
         mask_A_L = mask_P_L[sel]
         next_pos_A = pos_P_L[sel, -1] + 1
@@ -531,8 +540,7 @@ class LocalSamplingClient(SamplingClientSurface):
             active = [active[a] for a in keep]
             if selectable and len(active) < len(running):
                 idx = torch.tensor([running.index(i) for i in active], device=dev)
-                cache.reorder_cache(idx)
-                value_major_states(cache)  # index_select made the states contiguous again
+                _select_rows(cache, idx)
                 mask_A_L, next_pos_A = mask_A_L[idx], next_pos_A[idx]
                 running = list(active)
             tok_A = torch.tensor([rows[i].tokens[-1] for i in running], device=dev)
