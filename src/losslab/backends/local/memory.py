@@ -28,8 +28,11 @@ CPU allocator, with `THP_MEM_ALLOC_ENABLE=1`, aligns allocations to 2 MB and `ma
 large ones `MADV_HUGEPAGE`, so the 50 MB logits chunks and the activations of a pass fault in
 2 MB at a time instead of 4 KB (512x fewer faults, fewer TLB misses). Measured on the Qwen3.5
 bench step (`bench/ab_rl_step.py --threads 2 --rounds 2`, 2026-12-02): 0.866x the CPU seconds,
-peak RSS 2.60 vs 2.66 GiB. `import losslab` sets it when neither the environment nor an
-earlier `import torch` decided.
+peak RSS 2.60 vs 2.66 GiB; again with the heap kept (`--rounds 3 --steps 1`, 2026-12-03): 4 KB
+pages took 1.150x the CPU seconds, sampling 15.2 vs 11.8 s. A first write to a huge page is not
+cheaper per byte on this VM (`bench/page_touch.py`); the gain is fewer TLB misses in every
+pass over those pages. `import losslab` sets it when neither the environment nor an earlier
+`import torch` decided.
 """
 
 from __future__ import annotations
