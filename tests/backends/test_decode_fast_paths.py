@@ -52,6 +52,31 @@ def test_merged_lora_decoding_equals_the_lora_path(service, tiny_dirs, monkeypat
     _assert_same(merged, plain)
 
 
+def test_a_merged_generation_packs_the_unembedding_for_itself_only(
+    service, tiny_llama, monkeypatch
+):
+    """With the LoRA weights merged (and packed, on the CPU) the unembedding is packed once per
+    generation and dropped after it, so no packed copy outlives sampling; the tokens and
+    log-probs are those of the unpacked path (`$LOSSLAB_PACKED_LINEAR=0`)."""
+    from transformers import AutoConfig
+
+    from losslab.backends.local.packed import PACKED_ENV, packing_available
+
+    if not packing_available(torch.zeros(1)):
+        pytest.skip("this torch build has no oneDNN linear")
+    config = AutoConfig.from_pretrained(tiny_llama)
+    packed_shapes = []
+    pack = sampling.pack
+    monkeypatch.setattr(sampling, "pack", lambda w: packed_shapes.append(w.shape) or pack(w))
+    monkeypatch.setattr(sampling, "MERGE_MIN_TOKENS", 0)
+    merged = _samples(service, tiny_llama)
+    # both requests were queued before the first `result()`: one batched generation, one pack
+    assert packed_shapes == [(config.vocab_size, config.hidden_size)]
+    monkeypatch.setenv(PACKED_ENV, "0")
+    _assert_same(merged, _samples(service, tiny_llama))
+    assert len(packed_shapes) == 1  # nothing packed with packing off
+
+
 @pytest.mark.parametrize("arch", tiny.TINY_ARCHS)
 def test_growing_kv_cache_equals_transformers_own_cache(service, tiny_dirs, monkeypatch, arch):
     grown = _samples(service, str(tiny_dirs[arch]))
@@ -60,9 +85,19 @@ def test_growing_kv_cache_equals_transformers_own_cache(service, tiny_dirs, monk
     _assert_same(grown, own)
 
 
-def test_merge_swaps_plain_linears_in_and_puts_lora_back(service, tiny_llama):
+@pytest.mark.parametrize("packed", [True, False], ids=["onednn-packed", "dense"])
+def test_merge_swaps_plain_linears_in_and_puts_lora_back(service, tiny_llama, monkeypatch, packed):
+    """Merged projections: on the CPU `PackedLinear`s (oneDNN's layout), with packing turned
+    off (`$LOSSLAB_PACKED_LINEAR=0`) plain Linears in the base weight's (out, in) layout; the
+    same logits as the LoRA forward either way, and the LoRA modules back on exit."""
     from peft.tuners.lora import LoraLayer
 
+    from losslab.backends.local.packed import PACKED_ENV, PackedLinear, packing_available
+
+    if not packed:
+        monkeypatch.setenv(PACKED_ENV, "0")
+    elif not packing_available(torch.zeros(1)):
+        pytest.skip("this torch build has no oneDNN linear")
     tc = service.create_lora_training_client(tiny_llama, rank=4, seed=0).result()
     lm = tc.save_weights_and_get_sampling_client().result()._lm
     before = {n: m for n, m in lm.named_modules() if isinstance(m, LoraLayer)}
@@ -73,9 +108,12 @@ def test_merge_swaps_plain_linears_in_and_puts_lora_back(service, tiny_llama):
         with sampling.merged_lora_linears(lm) as merged:
             assert merged
             inside = {n: m for n, m in lm.named_modules() if isinstance(m, LoraLayer)}
-            assert not inside  # every LoRA Linear is a plain Linear now
+            assert not inside  # every LoRA Linear is a merged stand-in now
             q = lm.get_submodule(next(iter(before)))
-            assert type(q) is torch.nn.Linear and q.weight.stride() == (q.in_features, 1)
+            if packed:
+                assert type(q) is PackedLinear
+            else:
+                assert type(q) is torch.nn.Linear and q.weight.stride() == (q.in_features, 1)
             fast = lm(input_ids=x).logits
     after = {n: m for n, m in lm.named_modules() if isinstance(m, LoraLayer)}
     assert after.keys() == before.keys() and all(after[n] is before[n] for n in before)

@@ -14,8 +14,11 @@ import torch
 from losslab.backends.local import tiny
 from losslab.backends.local.fused import (
     FusedGatedMLP,
+    FusedGatedRMSNorm,
     FusedLinear,
     _GatedDown,
+    _GatedRMSNorm,
+    _is_gated_rmsnorm,
     _is_silu_gated_mlp,
     _LoraLinear,
     fused_training_modules,
@@ -90,6 +93,8 @@ def test_fused_pass_equals_peft_forward_on_every_family(tiny_dirs, tmp_path, arc
     # every family has LoRA attention projections; all but Gemma3 (GELU-tanh) have SiLU gated
     # MLPs, dense ones or a MoE's shared expert
     expected = {FusedLinear} if arch == "gemma3" else {FusedGatedMLP, FusedLinear}
+    if arch in ("qwen3_5", "qwen3_5_moe", "qwen3_next"):  # Gated-DeltaNet output norms
+        expected.add(FusedGatedRMSNorm)
     assert n_swapped > 0 and expected <= kinds
     assert [type(m) for m in lm.modules()] == types_before  # put back on exit
     data = _grpo_batch()
@@ -163,3 +168,49 @@ def test_other_layers_keep_their_own_forward(tiny_dirs, tmp_path):
     lp_fused, g_fused = _pass(tc, data, fuse=True)
     assert float((lp_fused - lp_peft).abs().max()) <= TOL
     assert _max_rel(g_fused, g_peft) <= TOL
+
+
+def test_gated_rmsnorm_gradients_match_finite_differences():
+    x, z = _f64(2, 5, 6), _f64(2, 5, 6, seed=4)
+    weight = _f64(6, grad=False, seed=5)
+    assert torch.autograd.gradcheck(lambda x, z: _GatedRMSNorm.apply(x, z, weight, 1e-6), (x, z))
+
+
+def _gated_norm(tiny_dirs, tmp_path):
+    tc = _client(str(tiny_dirs["qwen3_5"]), True, tmp_path)
+    lm = causal_lm(tc._model)
+    names = [n for n, m in lm.named_modules() if _is_gated_rmsnorm(m)]
+    assert names, "the tiny Qwen3.5 has Gated-DeltaNet layers, each with an output norm"
+    return lm, names[0]
+
+
+def test_fused_gated_rmsnorm_gives_the_modules_values_and_keeps_half_its_tensors(
+    tiny_dirs, tmp_path
+):
+    """The same float32 values as transformers' `Qwen3_5RMSNormGated` (its operations in its
+    order: equal, not close); for the backward it keeps x and z, where autograd keeps x, the
+    weighted norm, silu(z) and z (counted, not timed)."""
+    lm, name = _gated_norm(tiny_dirs, tmp_path)
+    norm = lm.get_submodule(name)
+    rows, width = 11, norm.weight.shape[0]
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(rows, width, generator=g, requires_grad=True)
+    z = torch.randn(rows, width, generator=g, requires_grad=True)
+    fused = FusedGatedRMSNorm(norm)
+    assert torch.equal(fused(x, z), norm(x, z))
+    kept = _saved_activation_bytes(lambda: norm(x, z), rows, width)
+    kept_fused = _saved_activation_bytes(lambda: fused(x, z), rows, width)
+    one = rows * width * 4  # a float32 (rows x width) tensor
+    assert (kept, kept_fused) == (4 * one, 2 * one)
+    x64, z64 = x.detach().double(), z.detach().double()  # another dtype: the module's forward
+    assert torch.equal(fused(x64, z64), norm(x64, z64))
+
+
+def test_a_trainable_or_rewired_gated_norm_is_not_fused(tiny_dirs, tmp_path):
+    lm, name = _gated_norm(tiny_dirs, tmp_path)
+    norm = lm.get_submodule(name)
+    norm.weight.requires_grad_(True)  # its weight gradient is not formed by the fused backward
+    assert not _is_gated_rmsnorm(norm)
+    norm.weight.requires_grad_(False)
+    norm.activation = "sigmoid"
+    assert not _is_gated_rmsnorm(norm)

@@ -220,3 +220,40 @@ def test_dispatch_uses_the_cpu_paths_and_falls_back_to_the_reference():
         modeling.torch_chunk_gated_delta_rule(
             q, k, v, g=g, beta=beta, cu_seqlens=torch.tensor([0, 3, 6])
         )
+
+
+def test_unit_lower_inverse_inverts_the_unit_triangle_of_the_strict_lower_part():
+    """`T^-1` with T = I + strictly_lower(system): T @ T^-1 = I (the definition), whatever the
+    diagonal and upper part of `system` hold (the chunk rule leaves them unmasked), and equal
+    to a float64 triangular solve, batched over (B, H, N)."""
+    g = torch.Generator().manual_seed(0)
+    # the chunk rule's system: beta k_i . k_j with unit keys, beta in (0, 1), decays <= 1 below
+    # the diagonal; above it, noise (the rule does not mask it)
+    k = torch.nn.functional.normalize(torch.randn(2, 3, 4, 16, 8, generator=g), dim=-1)
+    beta = torch.rand(2, 3, 4, 16, 1, generator=g)
+    decay = torch.rand(2, 3, 4, 16, 16, generator=g)
+    system = ((k * beta) @ k.transpose(-1, -2)) * decay
+    system = system + torch.randn(16, 16, generator=g).triu()
+    triangle = torch.eye(16) + system.tril(-1)
+    inverse = la.unit_lower_inverse(system)
+    assert _close(triangle @ inverse, torch.eye(16).expand_as(triangle)) <= 1e-5
+    exact = torch.linalg.solve_triangular(
+        triangle.double(), torch.eye(16, dtype=torch.float64).expand_as(triangle), upper=False
+    )
+    assert _close(inverse.double(), exact) <= 1e-5
+    assert torch.equal(inverse.triu(1), torch.zeros_like(inverse))  # lower triangular
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_frozen_causal_conv_equals_the_padded_conv_and_its_gradient_finite_differences(with_bias):
+    """`_FrozenCausalConv` (no input kept for the backward) against the expression it replaces,
+    `conv1d(pad(x))`, and its input gradient against finite differences (float64 gradcheck)."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(1, 5, 9, generator=g, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(5, 4, generator=g, dtype=torch.float64)
+    bias = torch.randn(5, generator=g, dtype=torch.float64) if with_bias else None
+    expected = torch.nn.functional.conv1d(
+        torch.nn.functional.pad(x, (3, 0)), weight[:, None, :], bias, groups=5
+    )
+    assert torch.equal(la._FrozenCausalConv.apply(x, weight, bias), expected)
+    assert torch.autograd.gradcheck(lambda x: la._FrozenCausalConv.apply(x, weight, bias), (x,))

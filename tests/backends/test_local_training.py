@@ -145,11 +145,14 @@ def test_forward_matches_plain_transformers_logprobs(service, tiny_dirs):
             assert float((o["logprobs"].to_torch() - ref).abs().max()) <= 1e-5, arch
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("eager", ["none", "all", "mixed"])
-def test_target_logprobs_gradient_matches_full_softmax(monkeypatch, eager):
-    """The chunked autograd function against the plain log_softmax path, values and dL/dh, in
-    chunks of 8 rows, with the Jacobian formed in the forward for no rows, every row, or a
-    pattern that leaves chunks all-eager, mixed and all-lazy (rows 0-7 eager, 8-15 alternate)."""
+def test_target_logprobs_gradient_matches_full_softmax(monkeypatch, eager, dtype):
+    """The chunked autograd function against the plain log_softmax path (float64), values and
+    dL/dh, in chunks of 8 rows, with the Jacobian formed in the forward for no rows, every row,
+    or a pattern that leaves chunks all-eager, mixed and all-lazy (rows 0-7 eager, 8-15
+    alternate); in float64, and in float32 as the backend runs (blocked vocabulary-major GEMMs),
+    to float32 round-off."""
     from losslab.backends.local import logprobs
 
     monkeypatch.setattr(logprobs, "CHUNK_ROWS", 8)
@@ -164,12 +167,15 @@ def test_target_logprobs_gradient_matches_full_softmax(monkeypatch, eager):
     y = torch.randint(0, 50, (37,), generator=g)
     up = torch.randn(37, generator=g, dtype=torch.float64)
     up[::3] = 0.0  # rows without gradient are skipped in backward: their dL/dh must be 0
-    fused = target_logprobs(h, w, y, eager_M)
-    (grad_fused,) = torch.autograd.grad((fused * up.float()).sum(), h)
+    h_in = h.detach().to(dtype).requires_grad_(True)
+    fused = target_logprobs(h_in, w.to(dtype), y, eager_M)
+    (grad_fused,) = torch.autograd.grad((fused * up.float()).sum(), h_in)
     ref = torch.log_softmax(h @ w.T, -1).gather(-1, y[:, None])[:, 0]
     (grad_ref,) = torch.autograd.grad((ref * up).sum(), h)
-    assert torch.allclose(fused.double(), ref, atol=1e-6)
-    assert torch.allclose(grad_fused, grad_ref, atol=1e-6)
+    tol = 1e-6 if dtype == torch.float64 else 1e-5
+    assert torch.allclose(fused.double(), ref, atol=tol)
+    assert torch.allclose(grad_fused.double(), grad_ref, atol=tol)
+    assert torch.equal(grad_fused[::3], torch.zeros_like(grad_fused[::3]))
 
 
 def test_microbatching_gives_the_same_gradient(tmp_path, tiny_llama):
@@ -367,3 +373,25 @@ def test_bad_datums_name_index_and_field(service, tiny_llama):
         tc.forward([oov])
     with pytest.raises(ValueError, match="rank must be a positive integer"):
         service.create_lora_training_client(tiny_llama, rank=0).result()
+
+
+@pytest.mark.parametrize("vocab", [50, 4096 + 37])  # one GEMM; blocks with a ragged last one
+def test_vocab_major_logits_in_blocks_equal_one_product(monkeypatch, vocab):
+    """The CPU path runs `W @ h.T` in blocks of VOCAB_BLOCK_ROWS vocabulary rows into one
+    output: the same (V, C) float32 logits as the single product, to fp32 round-off; with a
+    gradient to record it takes the single product (out= records none)."""
+    from losslab.backends.local import logprobs
+
+    monkeypatch.setattr(logprobs, "VOCAB_BLOCK_ROWS", 1024)
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(vocab, 24, generator=g)
+    h = torch.randn(7, 24, generator=g)
+    expected = (w.double() @ h.double().T).float()
+    with torch.no_grad():
+        blocked = logprobs.vocab_major_logits(w, h)
+    assert blocked.shape == (vocab, 7) and blocked.dtype == torch.float32
+    assert torch.allclose(blocked, expected, atol=1e-5, rtol=1e-5)
+    h_grad = h.clone().requires_grad_(True)
+    recorded = logprobs.vocab_major_logits(w, h_grad)
+    (grad,) = torch.autograd.grad(recorded.sum(), h_grad)
+    assert torch.allclose(grad, w.sum(0).expand_as(h), atol=1e-4)  # d sum(W h^T) / dh = sum_v w_v

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from transformers.activations import ACT2FN
 
 
 def _plain_lora_adapter(m: torch.nn.Module) -> str | None:
@@ -197,18 +198,21 @@ def _gated_mlp_reference(self, x):
     return down_proj
 
 
+def _runs(m: torch.nn.Module, reference: Any) -> bool:
+    """True when `type(m).forward` is `reference`'s code: the same bytecode and names."""
+    code = getattr(getattr(type(m), "forward", None), "__code__", None)
+    ref = reference.__code__
+    return code is not None and code.co_code == ref.co_code and code.co_names == ref.co_names
+
+
 def _is_silu_gated_mlp(m: torch.nn.Module) -> bool:
     """True when `m.forward` is exactly transformers' `down(act(gate(x)) * up(x))` (same
     bytecode and attribute names) and `act` is SiLU."""
     from transformers.activations import SiLUActivation
 
-    forward = getattr(type(m), "forward", None)
-    code, ref = getattr(forward, "__code__", None), _gated_mlp_reference.__code__
-    return (
-        code is not None
-        and code.co_code == ref.co_code
-        and code.co_names == ref.co_names
-        and type(getattr(m, "act_fn", None)) in (SiLUActivation, torch.nn.SiLU)
+    return _runs(m, _gated_mlp_reference) and type(getattr(m, "act_fn", None)) in (
+        SiLUActivation,
+        torch.nn.SiLU,
     )
 
 
@@ -225,11 +229,75 @@ class FusedGatedMLP(torch.nn.Module):
         return _GatedDown.apply(g, u, *self.down.args())
 
 
+def _gated_rmsnorm_reference(self, hidden_states, gate):
+    input_dtype = hidden_states.dtype
+    hidden_states = hidden_states.to(torch.float32)
+    variance = hidden_states.pow(2).mean(-1, keepdim=True)
+    hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+    hidden_states = self.weight * hidden_states.to(input_dtype)
+    hidden_states = hidden_states * ACT2FN[self.activation](gate.to(torch.float32))
+    return hidden_states.to(input_dtype)
+
+
+def _is_gated_rmsnorm(m: torch.nn.Module) -> bool:
+    """True for the Gated-DeltaNet output norm of transformers' hybrids (Qwen3.5, Qwen3.5-MoE,
+    Qwen3-Next: `w * rmsnorm(x) * silu(z)`, the same bytecode) with a frozen weight."""
+    weight = getattr(m, "weight", None)
+    return (
+        _runs(m, _gated_rmsnorm_reference)
+        and getattr(m, "activation", None) == "silu"
+        and isinstance(weight, Tensor)
+        and not weight.requires_grad
+    )
+
+
+class _GatedRMSNorm(torch.autograd.Function):
+    """`w * (x * rsqrt(mean(x^2) + eps)) * silu(z)` over the last dim, with the reference's
+    operations in its order (the same float32 values); saves `x`, `z` and the per-row rsqrt,
+    not the normalised, weighted and gated intermediates autograd keeps (two full-size
+    tensors fewer), and recomputes those in the backward. `w` is frozen."""
+
+    @staticmethod
+    def forward(ctx, x, z, weight, eps):  # type: ignore[override]
+        rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(x, z, rstd, weight)
+        return (weight * (x * rstd)) * F.silu(z)
+
+    @staticmethod
+    def backward(ctx, gy):  # type: ignore[override]
+        x, z, rstd, weight = ctx.saved_tensors
+        normed = x * rstd
+        grad_z = torch.ops.aten.silu_backward(gy * (weight * normed), z)
+        grad_normed = gy * F.silu(z) * weight
+        # d/dx of x * rstd(x): rstd * (g - normed * mean(g * normed))
+        mean_gn = (grad_normed * normed).mean(-1, keepdim=True)
+        grad_x = rstd * (grad_normed - normed * mean_gn)
+        return grad_x, grad_z, None, None
+
+
+class FusedGatedRMSNorm(torch.nn.Module):
+    """Stands in for a `_is_gated_rmsnorm` module for one pass: float32 inputs run
+    `_GatedRMSNorm`, any other dtype the module's own forward."""
+
+    def __init__(self, norm: torch.nn.Module) -> None:
+        super().__init__()
+        self.norm = norm
+
+    def forward(self, hidden_states: Tensor, gate: Tensor) -> Tensor:
+        if hidden_states.dtype != torch.float32 or gate.dtype != torch.float32:
+            return self.norm(hidden_states, gate)
+        norm = self.norm
+        return _GatedRMSNorm.apply(hidden_states, gate, norm.weight, norm.variance_epsilon)
+
+
 def _replacements(lm: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
-    """(module name, stand-in) for every SiLU gated MLP and every other LoRA Linear of `lm`."""
+    """(module name, stand-in) for every SiLU gated MLP, every Gated-DeltaNet output norm and
+    every other LoRA Linear of `lm`."""
     from peft.tuners.lora import Linear as LoraLinear
 
-    out: list[tuple[str, torch.nn.Module]] = []
+    out: list[tuple[str, torch.nn.Module]] = [
+        (name, FusedGatedRMSNorm(m)) for name, m in lm.named_modules() if _is_gated_rmsnorm(m)
+    ]
     inside_mlp: set[str] = set()
     for name, m in lm.named_modules():
         if not _is_silu_gated_mlp(m):
@@ -267,8 +335,9 @@ def swapped_modules(
 
 
 def fused_training_modules(lm: torch.nn.Module) -> AbstractContextManager[int]:
-    """Inside the block, `lm`'s SiLU gated MLPs and plain LoRA Linears run fused
-    (`FusedGatedMLP`, `FusedLinear`, sharing the original parameters, so gradients land in the
-    LoRA weights as before); the modules are put back on exit. Yields how many were swapped.
+    """Inside the block, `lm`'s SiLU gated MLPs, Gated-DeltaNet output norms and plain LoRA
+    Linears run fused (`FusedGatedMLP`, `FusedGatedRMSNorm`, `FusedLinear`, sharing the
+    original parameters, so gradients land in the LoRA weights as before); the modules are put
+    back on exit. Yields how many were swapped.
     Values and gradients equal PEFT's to float round-off (tests/backends/test_fused.py)."""
     return swapped_modules(lm, _replacements(lm))

@@ -28,6 +28,7 @@ from losslab.backends.local.linear_attention import (
     install_for,
     linear_attention_modules,
 )
+from losslab.backends.local.packed import packed_linear
 from losslab.backends.local.tree_attention import build_tree_layout, tree_attention
 
 CHUNK_ROWS = 256  # 256 x 49,152 fp32 = 50 MB per logits chunk for SmolLM2 (2-3 live at once)
@@ -38,15 +39,48 @@ activation memory bound. A custom-loss minibatch over it runs the two-phase form
 forward), which the cost projection (`stats.cost.training_path`) counts."""
 
 
+VOCAB_BLOCK_ROWS = 2048
+"""Vocabulary rows per GEMM of `vocab_major_logits` on the CPU. One (49,152 x 576) x (576 x C)
+GEMM ran at 103-156 GFLOP/s on 2 threads (C = 256 inside the bench's training pass, 64 in a
+decode step); the same product as 24 GEMMs of 2,048 vocabulary rows, each writing its slice of
+one output, at 170-175 (C = 256) and 140-147 (C = 64) GFLOP/s (2026-12-06, `bench/ab_rl_step.py`
+and a microbenchmark over 1,024-4,096 rows: 2,048 was best at both widths). Each block's
+(2,048 x 576) weight slice, 4.5 MB, stays in cache while its columns run. GPUs take one GEMM."""
+
+
 def vocab_major_logits(w_V_H: Tensor, h_C_H: Tensor) -> Tensor:
-    return (w_V_H @ h_C_H.T).float()
+    """`(W @ h.T).float()`, (V, C): vocabulary-major logits (on the CPU faster than `h @ W.T`
+    for V >> C, and the softmax reduces over dim 0), in blocks of `VOCAB_BLOCK_ROWS` rows."""
+    vocab = w_V_H.shape[0]
+    recorded = torch.is_grad_enabled() and (w_V_H.requires_grad or h_C_H.requires_grad)
+    if w_V_H.device.type != "cpu" or vocab <= VOCAB_BLOCK_ROWS or recorded:  # out= has no grad
+        return (w_V_H @ h_C_H.T).float()
+    h_H_C = h_C_H.T
+    logits_V_C = torch.empty((vocab, h_C_H.shape[0]), dtype=w_V_H.dtype, device=w_V_H.device)
+    for s in range(0, vocab, VOCAB_BLOCK_ROWS):
+        torch.mm(w_V_H[s : s + VOCAB_BLOCK_ROWS], h_H_C, out=logits_V_C[s : s + VOCAB_BLOCK_ROWS])
+    return logits_V_C.float()
 
 
-def _chunk_jacobian(probs_V_C: Tensor, w_V_H: Tensor, y_C: Tensor, scale_C=None) -> Tensor:
-    """`d lp / d h = w_y - sum_v p_v w_v` per row, (C, H), from vocabulary-major probs; with
-    `scale_C`, `probs_V_C` is unnormalised (`exp(logit - max)`) and `p = probs / scale`."""
+def unembedding_logits(w_V_H: Tensor, h_C_H: Tensor, packed_V_H: Tensor | None = None) -> Tensor:
+    """(C, V) float32 logits `h W^T` of a frozen unembedding `W`, recording no gradient (for
+    sampling, and for `_TargetLogprobs`, which forms its own): from `packed_V_H`, `W` packed
+    for oneDNN (`packed.pack`; the sampler packs it per generation: a decode step's 64 rows in
+    18 ms against 37), else vocabulary-major (`vocab_major_logits`) as its (C, V) transpose,
+    so callers reduce over the last dim either way. (Training does not pack: a packed copy
+    alive at the pass's activation peak would raise the peak RSS by the unembedding's size.)"""
+    if packed_V_H is not None:
+        return packed_linear(h_C_H, packed_V_H).float()
+    return vocab_major_logits(w_V_H, h_C_H).T
+
+
+def _chunk_jacobian(probs_C_V: Tensor, w_V_H: Tensor, y_C: Tensor, scale_C=None) -> Tensor:
+    """`d lp / d h = w_y - sum_v p_v w_v` per row, (C, H), from (C, V) probs; with `scale_C`,
+    `probs_C_V` is unnormalised (`exp(logit - max)`) and `p = probs / scale`."""
     w = w_V_H.float()
-    mixed_C_H = (w.T @ probs_V_C).T
+    # (H, V) @ (V, C): one GEMM whatever the probs' layout (a vocabulary-major one is the
+    # contiguous right operand, a row-major one its transpose)
+    mixed_C_H = (w.T @ probs_C_V.T).T
     if scale_C is not None:
         mixed_C_H = mixed_C_H / scale_C[:, None]
     return w[y_C] - mixed_C_H
@@ -64,24 +98,22 @@ class _TargetLogprobs(torch.autograd.Function):
         want_jacobian = ctx.needs_input_grad[0]
         lse, tgt, jac = [], [], []
         for s in range(0, h_M_H.shape[0], CHUNK_ROWS):
-            # vocabulary-major logits (V, C): `W @ h.T` runs ~25% faster than `h @ W.T` on
-            # CPU for V >> C (bench/profile_rl_step.py), and the softmax reduces over dim 0
-            logits_V_C = vocab_major_logits(w_V_H, h_M_H[s : s + CHUNK_ROWS])
+            logits_C_V = unembedding_logits(w_V_H, h_M_H[s : s + CHUNK_ROWS])
             y_C = y_M[s : s + CHUNK_ROWS]
-            tgt.append(logits_V_C[y_C, torch.arange(y_C.shape[0], device=y_C.device)])
+            tgt.append(logits_C_V[torch.arange(y_C.shape[0], device=y_C.device), y_C])
             # the logsumexp in place: exp(logit - max) overwrites the logits (no second
-            # (V, C) buffer, two passes fewer than logsumexp + a softmax), and the Jacobian
-            # divides its (C, H) mixture by the sum instead of normalising (V, C) probs
-            max_C = logits_V_C.amax(dim=0)
-            unnormalised_V_C = logits_V_C.sub_(max_C).exp_()
-            sum_C = unnormalised_V_C.sum(dim=0)
+            # (C, V) buffer, two passes fewer than logsumexp + a softmax), and the Jacobian
+            # divides its (C, H) mixture by the sum instead of normalising (C, V) probs
+            max_C = logits_C_V.amax(dim=-1)
+            unnormalised_C_V = logits_C_V.sub_(max_C[:, None]).exp_()
+            sum_C = unnormalised_C_V.sum(dim=-1)
             lse.append(max_C + sum_C.log())
             eager_C = eager_M[s : s + CHUNK_ROWS]
             if not want_jacobian or not bool(eager_C.any()):
                 continue
-            jac_C_H = _chunk_jacobian(unnormalised_V_C, w_V_H, y_C, sum_C)
+            jac_C_H = _chunk_jacobian(unnormalised_C_V, w_V_H, y_C, sum_C)
             # a mixed chunk (at most one: `target_logprobs` puts the eager rows first) keeps
-            # its eager rows' (C, H) Jacobians: gathering their (V, E) columns instead copied
+            # its eager rows' (C, H) Jacobians: gathering their (E, V) probs instead copied
             # ~45 MB per chunk, more than the Jacobian of the few other rows costs
             jac.append(jac_C_H if bool(eager_C.all()) else jac_C_H[eager_C])
         if not lse:
@@ -104,9 +136,9 @@ class _TargetLogprobs(torch.autograd.Function):
         rows = torch.nonzero((g_M != 0) & ~eager_M).squeeze(-1)  # the rest: only with gradient
         for s in range(0, rows.numel(), CHUNK_ROWS):
             idx = rows[s : s + CHUNK_ROWS]
-            probs_V_C = vocab_major_logits(w_V_H, h_M_H[idx]).sub_(lse_M[idx]).exp_()
-            g_C = g_M[idx].to(probs_V_C.dtype)
-            grad_h[idx] = (g_C[:, None] * _chunk_jacobian(probs_V_C, w_V_H, y_M[idx])).to(
+            probs_C_V = unembedding_logits(w_V_H, h_M_H[idx]).sub_(lse_M[idx][:, None]).exp_()
+            g_C = g_M[idx].to(probs_C_V.dtype)
+            grad_h[idx] = (g_C[:, None] * _chunk_jacobian(probs_C_V, w_V_H, y_M[idx])).to(
                 grad_h.dtype
             )
         return grad_h, None, None, None

@@ -66,9 +66,10 @@ from losslab.backends.local.linear_attention import install_for, value_major_sta
 from losslab.backends.local.logprobs import (
     plain_unembedding,
     sequence_logprobs,
-    vocab_major_logits,
+    unembedding_logits,
 )
 from losslab.backends.local.memory import after_sampling
+from losslab.backends.local.packed import PackedLinear, pack, packing_available
 from losslab.backends.local.sdk_surface import SamplingClientSurface
 
 DEFAULT_MAX_TOKENS = 512
@@ -120,13 +121,16 @@ def merged_lora_linears(lm: torch.nn.Module) -> Iterator[bool]:
         yield True
 
 
-def _merged_linear(m: Any) -> torch.nn.Linear:
-    """A plain Linear holding a plain LoRA Linear's `W + scale * B @ A`."""
+def _merged_linear(m: Any) -> torch.nn.Module:
+    """A plain Linear holding a plain LoRA Linear's `W + scale * B @ A`; on the CPU a
+    `PackedLinear` of it (oneDNN's layout, `packed.py`: the dense merged weight is freed)."""
     adapter = m.active_adapters[0]
     base = m.base_layer
     w_out_in = torch.addmm(
         base.weight, m.lora_B[adapter].weight, m.lora_A[adapter].weight, alpha=m.scaling[adapter]
     )
+    if packing_available(w_out_in):
+        return PackedLinear(w_out_in, base.bias)
     linear = torch.nn.Linear(base.in_features, base.out_features, bias=False, device="meta")
     linear.weight = torch.nn.Parameter(w_out_in, requires_grad=False)
     linear.bias = base.bias
@@ -262,6 +266,7 @@ class LocalSamplingClient(SamplingClientSurface):
             getattr(self._lm, "get_decoder", None)
         )
         install_for(self._lm)  # Gated-DeltaNet layers decode through `linear_attention`
+        self._packed_head: torch.Tensor | None = None  # the unembedding packed, while decoding
 
     def __repr__(self) -> str:
         return f"LocalSamplingClient({self._label!r}, base_model={self._base_model!r})"
@@ -440,8 +445,14 @@ class LocalSamplingClient(SamplingClientSurface):
             rows.extend(self._rows_for(b, req))
         merge = sum(r.max_tokens for r in rows) >= MERGE_MIN_TOKENS
         with torch.no_grad(), merged_lora_linears(self._lm) if merge else nullcontext():
-            for s in range(0, len(rows), self._max_batch_rows):
-                self._generate(rows[s : s + self._max_batch_rows])
+            head = self._lm.get_output_embeddings().weight
+            if merge and self._plain_head and packing_available(head):
+                self._packed_head = pack(head)  # for this generation only (`packed.py`)
+            try:
+                for s in range(0, len(rows), self._max_batch_rows):
+                    self._generate(rows[s : s + self._max_batch_rows])
+            finally:
+                self._packed_head = None
         responses = []
         for b, req in enumerate(batch):
             seqs = [
@@ -464,11 +475,10 @@ class LocalSamplingClient(SamplingClientSurface):
         # transformers renamed `past_key_values` to `cache` (deprecated name kept until 5.40)
         kwargs = dict(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
         kwargs[self._cache_kwarg] = cache
-        if self._plain_head:  # logits = h W^T, formed vocabulary-major (faster on CPU)
+        if self._plain_head:  # logits = h W^T (`unembedding_logits`: the CPU's fast forms)
             out = self._lm.get_decoder()(**kwargs)
-            logits_A_V = vocab_major_logits(
-                self._lm.get_output_embeddings().weight, out[0][:, -1, :]
-            ).T
+            w_V_H = self._lm.get_output_embeddings().weight
+            logits_A_V = unembedding_logits(w_V_H, out[0][:, -1, :], self._packed_head)
         else:
             out = self._lm(**kwargs, logits_to_keep=1)
             logits_A_V = out.logits[:, -1, :]
