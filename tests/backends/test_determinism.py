@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 
 import torch
+import torch.utils.deterministic
 from tinker import types
 
 from losslab.backends.local.determinism import deterministic_kernels
@@ -42,10 +43,15 @@ def test_repeated_index_gather_backward_is_bit_stable_with_deterministic_kernels
 
 
 def test_mode_is_scoped_and_restores_the_callers_setting():
+    """On for the block, and without NaN-filling every `torch.empty` (the flag's default is
+    on); both restored afterwards."""
     assert not torch.are_deterministic_algorithms_enabled()
+    assert torch.utils.deterministic.fill_uninitialized_memory  # torch's default
     with deterministic_kernels("cpu"):
         assert torch.are_deterministic_algorithms_enabled()
+        assert not torch.utils.deterministic.fill_uninitialized_memory
     assert not torch.are_deterministic_algorithms_enabled()
+    assert torch.utils.deterministic.fill_uninitialized_memory
     with deterministic_kernels("meta"):  # any non-CPU device: left as the caller set it
         assert not torch.are_deterministic_algorithms_enabled()
 
