@@ -41,11 +41,11 @@ forward), which the cost projection (`stats.cost.training_path`) counts."""
 
 VOCAB_BLOCK_ROWS = 2048
 """Vocabulary rows per GEMM of `vocab_major_logits` on the CPU. One (49,152 x 576) x (576 x C)
-GEMM ran at 103-156 GFLOP/s on 2 threads (C = 256 inside the bench's training pass, 64 in a
-decode step); the same product as 24 GEMMs of 2,048 vocabulary rows, each writing its slice of
-one output, at 170-175 (C = 256) and 140-147 (C = 64) GFLOP/s (2026-12-06, `bench/ab_rl_step.py`
-and a microbenchmark over 1,024-4,096 rows: 2,048 was best at both widths). Each block's
-(2,048 x 576) weight slice, 4.5 MB, stays in cache while its columns run. GPUs take one GEMM."""
+GEMM ran at 103-156 GFLOP/s on 2 threads (C = 256, a training chunk: 103 inside the bench's
+step, 156 alone); the same product as 24 GEMMs of 2,048 vocabulary rows, each writing its slice
+of one output, at 170-175 (2026-12-06, a microbenchmark over 512-4,096 rows, 3 repeats; inside
+the step 0.67 s instead of 1.13 s for its 8 chunks, `torch.profiler`). Each block's (2,048 x
+576) weight slice, 4.5 MB, stays in cache while its columns run. GPUs take one GEMM."""
 
 
 def vocab_major_logits(w_V_H: Tensor, h_C_H: Tensor) -> Tensor:
