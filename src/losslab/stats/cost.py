@@ -491,11 +491,11 @@ CPU_CALIBRATION: dict[str, CpuCalibration] = {
         "bench/results_vs_trl.json (run D, SmolLM2-135M, 2026-12-01)",
     ),
     "qwen3_5": CpuCalibration(
-        0.483,
-        0.547,
-        180.9,
+        0.511,
+        0.564,
+        177.4,
         2,
-        "bench/results_vs_trl_qwen3_5.json (run L, random Qwen3.5 at SmolLM2's widths, 2026-12-06, 2 threads, 3 rounds, load 0.9-2.0)",
+        "bench/results_vs_trl_qwen3_5.json (run N, random Qwen3.5 at SmolLM2's widths, 2026-12-06, 2 threads, 3 rounds, load 1.1-1.6)",
     ),
 }
 """By architecture family; `tests/stats/test_cost.py` re-derives each entry from its JSON."""
