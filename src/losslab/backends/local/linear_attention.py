@@ -475,6 +475,13 @@ def _with_zero_row(x_T: Tensor) -> Tensor:
     return torch.cat([x_T, x_T.new_zeros((1, *x_T.shape[1:]))])
 
 
+def _dense_causal_conv(x_1_C_T: Tensor, weight_C_K: Tensor, bias: Tensor | None) -> Tensor:
+    """The causal depthwise conv over the flat row: left-pad by K - 1, then `conv1d`."""
+    channels, kernel = weight_C_K.shape
+    padded = F.pad(x_1_C_T, (kernel - 1, 0))
+    return F.conv1d(padded, weight_C_K[:, None, :], bias, groups=channels)
+
+
 class _FrozenCausalConv(torch.autograd.Function):
     """The dense causal depthwise conv `out_t = sum_j w_j x_(t - K + 1 + j)` (+ bias) with a
     frozen weight (the Gated-DeltaNet conv is never adapted), so the backward needs no input:
@@ -484,10 +491,8 @@ class _FrozenCausalConv(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x_1_C_T, weight_C_K, bias):  # type: ignore[override]
-        channels, kernel = weight_C_K.shape
         ctx.save_for_backward(weight_C_K)
-        padded = F.pad(x_1_C_T, (kernel - 1, 0))
-        return F.conv1d(padded, weight_C_K[:, None, :], bias, groups=channels)
+        return _dense_causal_conv(x_1_C_T, weight_C_K, bias)
 
     @staticmethod
     def backward(ctx, g_1_C_T):  # type: ignore[override]
@@ -509,9 +514,7 @@ def tree_causal_conv1d(
     channels, kernel = weight_C_K.shape
     in_dtype, x_1_C_T = x_1_C_T.dtype, x_1_C_T.to(weight_C_K.dtype)
     if weight_C_K.requires_grad or (bias is not None and bias.requires_grad):
-        dense_1_C_T = F.conv1d(
-            F.pad(x_1_C_T, (kernel - 1, 0)), weight_C_K[:, None, :], bias, groups=channels
-        )
+        dense_1_C_T = _dense_causal_conv(x_1_C_T, weight_C_K, bias)
     else:
         dense_1_C_T = _FrozenCausalConv.apply(x_1_C_T, weight_C_K, bias)
     fix_F = tree.conv_fix_F

@@ -445,8 +445,8 @@ class LocalSamplingClient(SamplingClientSurface):
             rows.extend(self._rows_for(b, req))
         merge = sum(r.max_tokens for r in rows) >= MERGE_MIN_TOKENS
         with torch.no_grad(), merged_lora_linears(self._lm) if merge else nullcontext():
-            head = self._lm.get_output_embeddings().weight
-            if merge and self._plain_head and packing_available(head):
+            head = self._lm.get_output_embeddings().weight if merge and self._plain_head else None
+            if head is not None and packing_available(head):
                 self._packed_head = pack(head)  # for this generation only (`packed.py`)
             try:
                 for s in range(0, len(rows), self._max_batch_rows):
