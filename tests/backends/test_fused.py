@@ -2,8 +2,8 @@
 
 The autograd Functions are checked against finite differences in float64 (`gradcheck`), then
 every tiny family's training pass is checked against PEFT's own forward (`fuse=False`): values
-and LoRA gradients to 1e-5. The memory claim is counted, not timed: the fused MLP keeps two
-(tokens x intermediate) tensors for the backward where autograd keeps four.
+to 1e-5, LoRA gradients to `GRAD_TOL` (3e-5). The memory claim is counted, not timed: the fused
+MLP keeps two (tokens x intermediate) tensors for the backward where autograd keeps four.
 """
 
 from __future__ import annotations
@@ -29,6 +29,14 @@ from losslab.backends.local.logprobs import causal_lm, sequence_logprobs
 from .test_prefix_sharing import _client, _grpo_batch, _max_rel
 
 TOL = 1e-5
+# Gradients: the fused backward forms its rank-r products in another orientation than PEFT's
+# autograd (`_rank_r_product`), so the two float32 passes round differently. Measured on the
+# tiny families (2026-12-06): PEFT's own float32 LoRA gradients differ from a float64 pass of
+# the same model by up to 8.6e-6 (relative to the largest gradient) on qwen3_5, where the
+# Gated-DeltaNet layers amplify round-off; the two float32 orders differ by up to 1.0e-5 there
+# and by <= 5.3e-6 on every other family. `test_rank_r_products_are_exact` pins the orientation
+# itself against float64.
+GRAD_TOL = 3e-5
 
 
 def _f64(*shape, grad=True, seed=0):
@@ -71,6 +79,23 @@ def test_gated_down_gradients_match_finite_differences(with_lora):
         )
 
 
+def test_rank_r_products_are_exact():
+    """The fused backward's float32 LoRA gradients (rank-r products formed as transposes) are
+    within float32 round-off of float64: a 1,099-term sum, ~1e-6 of the largest entry (random
+    data; autograd's own float32 orientation measured 1.0e-6 here, the fused one 2.5e-7)."""
+    torch.manual_seed(0)
+    x, w = torch.randn(1099, 576), torch.randn(1536, 576)
+    a, b, gy = torch.randn(8, 576), torch.randn(1536, 8), torch.randn(1099, 1536)
+    a64, b64 = a.double().requires_grad_(), b.double().requires_grad_()
+    y64 = x.double() @ w.double().T + 0.5 * (x.double() @ a64.T) @ b64.T
+    ref_a, ref_b = torch.autograd.grad(y64, (a64, b64), gy.double())
+    a32, b32 = a.clone().requires_grad_(), b.clone().requires_grad_()
+    y32 = _LoraLinear.apply(x, w, None, a32, b32, 0.5)
+    got_a, got_b = torch.autograd.grad(y32, (a32, b32), gy)
+    for got, ref in ((got_a, ref_a), (got_b, ref_b)):
+        assert float((got.double() - ref).abs().max() / ref.abs().max()) < 1e-5
+
+
 def _pass(tc, data, fuse: bool):
     """Log-probs and LoRA gradients of `sum(weights * logprobs)` through `sequence_logprobs`."""
     for p in tc._params:
@@ -102,7 +127,7 @@ def test_fused_pass_equals_peft_forward_on_every_family(tiny_dirs, tmp_path, arc
     lp_fused, g_fused = _pass(tc, data, fuse=True)
     assert float((lp_fused - lp_peft).abs().max()) <= TOL
     assert max(float(v.abs().max()) for v in g_peft.values()) > 1e-3  # not vacuous
-    assert _max_rel(g_fused, g_peft) <= TOL
+    assert _max_rel(g_fused, g_peft) <= GRAD_TOL
 
 
 def _saved_activation_bytes(fn, tokens: int, width: int) -> int:
@@ -167,7 +192,7 @@ def test_other_layers_keep_their_own_forward(tiny_dirs, tmp_path):
     lp_peft, g_peft = _pass(tc, data, fuse=False)
     lp_fused, g_fused = _pass(tc, data, fuse=True)
     assert float((lp_fused - lp_peft).abs().max()) <= TOL
-    assert _max_rel(g_fused, g_peft) <= TOL
+    assert _max_rel(g_fused, g_peft) <= GRAD_TOL
 
 
 def test_gated_rmsnorm_gradients_match_finite_differences():

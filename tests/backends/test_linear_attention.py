@@ -83,6 +83,41 @@ def test_chunk_rule_equals_the_reference(shape):
 LAYOUTS = {"contiguous": torch.Tensor.clone, "value-major": la.value_major}
 
 
+# rows' states: GRPO-like equal runs, one state shared by all, unequal runs out of order
+STATE_ROWS = [[0, 0, 0, 1, 1, 1], [0] * 6, [2, 2, 0, 1, 1, 1], [1, 0, 0, 0, 1, 2]]
+
+
+@pytest.mark.parametrize("rows", STATE_ROWS)
+@pytest.mark.parametrize("length, chunk", [(16, 16), (37, 16)])  # one chunk; three, ragged
+def test_chunk_rule_forked_states_equal_gathered_copies(rows, length, chunk):
+    """`state_rows` (each row continues a shared state: the trie's completions) gives the
+    values and gradients of passing each row its own gathered copy, bit for bit on one chunk
+    (the shared-state GEMM computes the same dot products); within round-off on several."""
+    xs = _inputs(6, length, 2, 4, 8)[:5]
+    shared = 0.1 * torch.randn(3, 4, 8, 8, generator=torch.Generator().manual_seed(3))
+    index = torch.tensor(rows)
+
+    def run(forked: bool):
+        leaf = shared.clone().requires_grad_()
+        kw = (
+            dict(initial_state=leaf, state_rows=index) if forked else {"initial_state": leaf[index]}
+        )
+        out, state = la.chunk_gated_delta_rule(
+            *xs, chunk_size=chunk, output_final_state=True, use_qk_l2norm_in_kernel=True, **kw
+        )
+        weights = torch.Generator().manual_seed(7)
+        w_out, w_state = (torch.randn(t.shape, generator=weights) for t in (out, state))
+        grads = torch.autograd.grad((out * w_out).sum() + (state * w_state).sum(), [*xs, leaf])
+        return out.detach(), state.detach(), grads
+
+    gathered, forked = run(False), run(True)
+    tol = 0.0 if length == chunk else TOL
+    assert _close(forked[0], gathered[0]) <= tol and _close(forked[1], gathered[1]) <= tol
+    assert float(gathered[2][-1].abs().max()) > 0  # the shared states get a gradient
+    for a, b in zip(forked[2], gathered[2], strict=True):
+        assert _close(a, b) <= TOL
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_recurrent_step_equals_the_reference_and_updates_the_cache_state_in_place(layout):
     """Without autograd the cache's own tensor is updated in place and keeps its layout (so

@@ -158,6 +158,30 @@ def test_sampling_client_is_a_frozen_snapshot(service, tiny_llama):
     assert fresh.compute_logprobs(_mi(PROMPTS[1])).result() != before
 
 
+def test_a_dropped_snapshot_is_reused_with_the_current_weights(service, tiny_llama):
+    """Once a snapshot's sampling client is gone, the next snapshot reuses its module tree
+    (`_snapshot_model`): it must hold the trained weights of now, exactly as a fresh deep copy
+    does, while a snapshot whose client is alive is never touched."""
+    tc, kept = _trained_sampler(service, tiny_llama)
+    kept_lp = kept.compute_logprobs(_mi(PROMPTS[1])).result()
+    dropped = tc.save_weights_and_get_sampling_client().result()
+    dropped_model = dropped._model
+    del dropped
+    tc.forward_backward(rl_batch(0), "ppo").result()
+    tc.optim_step(types.AdamParams(learning_rate=0.1)).result()
+    reused = tc.save_weights_and_get_sampling_client().result()
+    assert reused._model is dropped_model  # the pooled tree, not a new deep copy
+    tc._snapshot_pool = None  # the next snapshot is a fresh deep copy of the same weights
+    fresh = tc.save_weights_and_get_sampling_client().result()
+    assert fresh._model is not dropped_model
+    fresh_lp = fresh.compute_logprobs(_mi(PROMPTS[1])).result()
+    assert reused.compute_logprobs(_mi(PROMPTS[1])).result() == fresh_lp != kept_lp
+    sp = types.SamplingParams(max_tokens=6, seed=3)
+    a, b = (c.sample(_mi(PROMPTS[0]), 2, sp).result() for c in (reused, fresh))
+    assert [q.tokens for q in a.sequences] == [q.tokens for q in b.sequences]
+    assert kept.compute_logprobs(_mi(PROMPTS[1])).result() == kept_lp  # a live one is frozen
+
+
 def test_sampler_from_saved_weights_and_base_model(service, tiny_llama):
     tc, s = _trained_sampler(service, tiny_llama)
     with_prompt = s.sample(

@@ -491,11 +491,11 @@ CPU_CALIBRATION: dict[str, CpuCalibration] = {
         "bench/results_vs_trl.json (run D, SmolLM2-135M, 2026-12-01)",
     ),
     "qwen3_5": CpuCalibration(
-        0.511,
-        0.564,
-        177.4,
+        0.481,
+        0.551,
+        184.4,
         2,
-        "bench/results_vs_trl_qwen3_5.json (run N, random Qwen3.5 at SmolLM2's widths, 2026-12-06, 2 threads, 3 rounds, load 1.1-1.6)",
+        "bench/results_vs_trl_qwen3_5.json (run P, random Qwen3.5 at SmolLM2's widths, 2026-12-06, 2 threads, 3 rounds, load 0.8-2.2)",
     ),
 }
 """By architecture family; `tests/stats/test_cost.py` re-derives each entry from its JSON."""

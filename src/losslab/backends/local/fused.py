@@ -104,8 +104,17 @@ def _project(
     y_M_O = F.linear(x_M_I, weight, bias)
     if lora_a is None:
         return y_M_O, None
-    xa_M_R = x_M_I @ lora_a.T
+    xa_M_R = _rank_r_product(lora_a, x_M_I.T).T
     return y_M_O.addmm_(xa_M_R, lora_b.T, alpha=scale), xa_M_R
+
+
+def _rank_r_product(left_R_K: Tensor, right_K_N: Tensor) -> Tensor:
+    """`left @ right` for a rank-r `left` (R, K): each LoRA product whose output has r columns
+    is formed as the transpose of this one, its (R, N) form. MKL's sgemm runs an (N, K) x (K, R)
+    product with R = 8 at 15-40 GFLOP/s and the same product as (R, K) x (K, N) 3-4x faster
+    (2 threads, N = 1099 tokens, K = 576-1536: `dB` 1.60 -> 0.38 ms, `dy B` 1.00 -> 0.35 ms),
+    so the rank-r factors of the backward come out as transposed views."""
+    return left_R_K @ right_K_N
 
 
 def _project_backward(
@@ -118,9 +127,9 @@ def _project_backward(
     need_a, need_b = ctx.needs_input_grad[first + 2], ctx.needs_input_grad[first + 3]
     grad_x = grad_a = grad_b = g_xa_M_R = None
     if lora_a is not None:
-        g_xa_M_R = (gy_M_O @ lora_b).mul_(scale)
+        g_xa_M_R = _rank_r_product(lora_b.T, gy_M_O.T).T.mul_(scale)
         if need_b:
-            grad_b = (gy_M_O.T @ xa_M_R).mul_(scale)
+            grad_b = _rank_r_product(xa_M_R.T, gy_M_O).T.mul_(scale)
         if need_a:
             grad_a = g_xa_M_R.T @ x_M_I
     if need_x:

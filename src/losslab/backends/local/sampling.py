@@ -444,7 +444,11 @@ class LocalSamplingClient(SamplingClientSurface):
         for b, req in enumerate(batch):
             rows.extend(self._rows_for(b, req))
         merge = sum(r.max_tokens for r in rows) >= MERGE_MIN_TOKENS
-        with torch.no_grad(), merged_lora_linears(self._lm) if merge else nullcontext():
+        # inference mode, not just no_grad: a generation is ~100k small ops, and each skips the
+        # autograd and view/version-counter dispatch keys: 1-4 % less time a generation in two
+        # alternating in-process runs (Qwen3.5 bench model, 8 x 8 x 32 tokens, 2026-12-06).
+        # Nothing made in the block outlives it (merged weights, caches, the packed head).
+        with torch.inference_mode(), merged_lora_linears(self._lm) if merge else nullcontext():
             head = self._lm.get_output_embeddings().weight if merge and self._plain_head else None
             if head is not None and packing_available(head):
                 self._packed_head = pack(head)  # for this generation only (`packed.py`)
@@ -531,11 +535,11 @@ class LocalSamplingClient(SamplingClientSurface):
                 logits_A_V = logits_A_V[at]
             tok_A, lp_A = self._pick(logits_A_V, [rows[i] for i in active])
             keep: list[int] = []
-            for a, i in enumerate(active):
+            # one conversion each, not an `int(...)` / `float(...)` per row
+            for a, (i, t, lp) in enumerate(zip(active, tok_A.tolist(), lp_A.tolist(), strict=True)):
                 r = rows[i]
-                t = int(tok_A[a])
                 r.tokens.append(t)
-                r.logprobs.append(float(lp_A[a]))
+                r.logprobs.append(lp)
                 if t in r.stop_ids or (
                     r.stop_strings
                     and any(s in self._tokenizer.decode(r.tokens) for s in r.stop_strings)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import threading
 import warnings
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -186,6 +187,9 @@ class LocalTrainingClient(TrainingClientSurface):
         self._optimizer = torch.optim.AdamW(self._params, **self._torch_adam_kwargs(self._adam))
         self._steps = 0
         self._snapshots = 0
+        # the last snapshot's model and its sampling client (`_snapshot_model` reuses the model
+        # once that client is gone)
+        self._snapshot_pool: tuple[torch.nn.Module, weakref.ref] | None = None
         self._vocab = int(self._model.get_base_model().get_output_embeddings().weight.shape[0])
         self._share_prefix = service.share_prefix and can_share_prefix(causal_lm(self._model))
 
@@ -531,18 +535,27 @@ class LocalTrainingClient(TrainingClientSurface):
                 seed = int(
                     np.random.SeedSequence([self._seed, self._snapshots]).generate_state(1)[0]
                 )
-            return self._service._make_sampling_client(
-                model=snapshot,
-                base_model=self._base_model,
-                tokenizer=self._tokenizer,
-                seed=seed,
-                label=f"{self._model_id}/snapshot-{self._snapshots}",
-                record_stability_info=record_stability_info,
-            )
+                sampler = self._service._make_sampling_client(
+                    model=snapshot,
+                    base_model=self._base_model,
+                    tokenizer=self._tokenizer,
+                    seed=seed,
+                    label=f"{self._model_id}/snapshot-{self._snapshots}",
+                    record_stability_info=record_stability_info,
+                )
+                self._snapshot_pool = (snapshot, weakref.ref(sampler))
+            return sampler
 
         return client_future(run)
 
     def _snapshot_model(self) -> torch.nn.Module:
+        """A frozen copy of the model: base weights shared, trainable ones copied. The previous
+        snapshot's module tree is reused, its trainable values overwritten, once its sampling
+        client is gone (no one can see the change): the deep copy of ~500 modules took 0.15 s
+        of a Qwen3.5 bench step (2026-12-06), and an RL loop drops each step's sampler."""
+        reused = self._reusable_snapshot()
+        if reused is not None:
+            return reused
         frozen = {id(p): p for p in self._model.parameters() if not p.requires_grad}
         import copy
 
@@ -550,6 +563,22 @@ class LocalTrainingClient(TrainingClientSurface):
         for p in snapshot.parameters():
             p.requires_grad_(False)
         snapshot.eval()
+        return snapshot
+
+    def _reusable_snapshot(self) -> torch.nn.Module | None:
+        """The pooled snapshot model with the current trainable values, when its sampling client
+        no longer exists and its trainable parameters match the model's by name and shape."""
+        if self._snapshot_pool is None or self._snapshot_pool[1]() is not None:
+            return None
+        snapshot = self._snapshot_pool[0]
+        self._snapshot_pool = None
+        copies = dict(snapshot.named_parameters())
+        trainable = [(n, p) for n, p in self._model.named_parameters() if p.requires_grad]
+        if any(n not in copies or copies[n].shape != p.shape for n, p in trainable):
+            return None
+        with torch.no_grad():
+            for name, p in trainable:
+                copies[name].copy_(p)
         return snapshot
 
     def save_weights_for_sampler(
