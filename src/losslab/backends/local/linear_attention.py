@@ -187,7 +187,7 @@ def chunk_gated_delta_rule(
     `state_rows` (B,): row b starts from `initial_state[state_rows[b]]` (P, Hv, Dk, Dv), the
     trie's forked states (a GRPO group's completions all continue their prompt's state).
     The first chunk's products with the state then run once per shared state over all its
-    rows (`_shared_state_product`) instead of on B gathered copies.
+    rows (`_state_product`) instead of on B gathered copies.
 
     Per chunk of C tokens with cumulative log-decay `c`, `Gamma_ij = exp(c_i - c_j)` (j <= i):
     `U = T^-1 (beta v)`, `W = T^-1 (beta k exp(c))` with `T = I + strictly_lower((beta k k^T)
@@ -217,14 +217,11 @@ def chunk_gated_delta_rule(
     last = c[..., -1:]
     k_decayed = k * (last - c).exp()[..., None]
     chunk_decay = last.exp()[..., None]  # (B, H, N, 1, 1)
-    runs = None
     if initial_state is None:
         state = q.new_zeros((batch, heads, dk, dv))
-    elif state_rows is None:
+    else:  # (P, H, Dk, Dv), one per shared state, with `state_rows`
         state = initial_state.to(torch.float32)
-    else:
-        state = initial_state.to(torch.float32)  # (P, H, Dk, Dv), one per shared state
-        runs = _runs_of(state_rows)
+    runs = None if initial_state is None or state_rows is None else _runs_of(state_rows)
     outs = []
     for i, (u_n, w_n, a_n, qd_n, kd_n, d_n) in enumerate(
         zip(
@@ -237,16 +234,12 @@ def chunk_gated_delta_rule(
             strict=True,
         )
     ):
-        if i == 0 and runs is not None:
-            v_new = u_n - _shared_state_product(w_n, state, runs)
-            outs.append(_shared_state_product(qd_n, state, runs) + a_n @ v_new)
-            if i < n - 1 or output_final_state:  # from here on each row has its own state
-                state = state[state_rows] * d_n + kd_n.transpose(-1, -2) @ v_new
-            continue
-        v_new = u_n - w_n @ state
-        outs.append(qd_n @ state + a_n @ v_new)
+        shared = runs if i == 0 else None  # after the first chunk each row has its own state
+        v_new = u_n - _state_product(w_n, state, shared)
+        outs.append(_state_product(qd_n, state, shared) + a_n @ v_new)
         if i < n - 1 or output_final_state:  # the last update only makes the final state
-            state = state * d_n + kd_n.transpose(-1, -2) @ v_new
+            own = state if shared is None else state[state_rows]
+            state = own * d_n + kd_n.transpose(-1, -2) @ v_new
     out = torch.stack(outs, dim=2).view(batch, heads, n * chunk_size, dv)[:, :, :length]
     out = out.transpose(1, 2).to(out_dtype, memory_format=torch.contiguous_format)
     return out, state if output_final_state else None
@@ -263,31 +256,34 @@ def _runs_of(state_rows: Tensor) -> list[tuple[int, int, int]]:
     return runs
 
 
-def _shared_state_product(
-    x_B_H_C_D: Tensor, state_P_H_D_E: Tensor, runs: list[tuple[int, int, int]]
+def _state_product(
+    x_B_H_C_D: Tensor, state: Tensor, runs: list[tuple[int, int, int]] | None
 ) -> Tensor:
-    """`x[b] @ state[p(b)]` per row b, as (H, n C, D) @ (H, D, E) products over each run of n
-    rows sharing a state (one batched GEMM when the runs are equally long, as a trie level's
-    GRPO groups are). On the bench's completion level (4 prompts x 8 completions, C = 32,
-    D = E = 128, 2 threads, 2026-12-06) the rule's forward + backward took 18 ms instead of 27
-    with the per-row (B H, C, D) @ (B H, D, E) bmm (M = 32), which also needs B gathered copies
-    of the states and their scatter-add backward. Equal to that bmm bit for bit on the tested
-    shapes (`test_chunk_rule_forked_states_equal_gathered_copies`)."""
+    """`x @ state` with each row's own (B, H, D, E) state when `runs` is None; else `x[b] @
+    state[p(b)]` per row b over (P, H, D, E) shared states, as (H, n C, D) @ (H, D, E) products
+    over each run of n rows sharing a state (one batched GEMM when the runs are equally long,
+    as a trie level's GRPO groups are). On the bench's completion level (4 prompts x 8
+    completions, C = 32, D = E = 128, 2 threads, 2026-12-06) the rule's forward + backward took
+    18 ms instead of 27 with the per-row (B H, C, D) @ (B H, D, E) bmm (M = 32), which also
+    needs B gathered copies of the states and their scatter-add backward. Equal to that bmm bit
+    for bit on the tested shapes (`test_chunk_rule_forked_states_equal_gathered_copies`)."""
+    if runs is None:
+        return x_B_H_C_D @ state
     batch, heads, chunk, dk = x_B_H_C_D.shape
     sizes = {end - first for _, first, end in runs}
     if len(sizes) == 1:  # R runs of n rows: one (R H, n C, D) @ (R H, D, E) bmm
         n = sizes.pop()
-        which = [state for state, _, _ in runs]
-        states = state_P_H_D_E if which == list(range(len(state_P_H_D_E))) else state_P_H_D_E[which]
+        which = [p for p, _, _ in runs]
+        states = state if which == list(range(len(state))) else state[which]
         x_RH_M_D = x_B_H_C_D.view(len(runs), n, heads, chunk, dk).transpose(1, 2)
         y = x_RH_M_D.reshape(len(runs) * heads, n * chunk, dk) @ states.flatten(0, 1)
         return (
             y.view(len(runs), heads, n, chunk, -1).transpose(1, 2).reshape(batch, heads, chunk, -1)
         )
     parts = []
-    for state, first, end in runs:
+    for p, first, end in runs:
         x_H_M_D = x_B_H_C_D[first:end].transpose(0, 1).reshape(heads, -1, dk)
-        y_H_M_E = x_H_M_D @ state_P_H_D_E[state]
+        y_H_M_E = x_H_M_D @ state[p]
         parts.append(y_H_M_E.view(heads, end - first, chunk, -1).transpose(0, 1))
     return torch.cat(parts)
 

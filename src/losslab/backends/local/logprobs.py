@@ -31,9 +31,8 @@ from losslab.backends.local.linear_attention import (
 from losslab.backends.local.packed import packed_linear
 from losslab.backends.local.tree_attention import build_tree_layout, tree_attention
 
-CHUNK_ROWS = (
-    256  # 256 x 49,152 fp32 = 50 MB per logits chunk for SmolLM2 (one live: _chunk_forward)
-)
+# 256 x 49,152 fp32 = 50 MB per logits chunk for SmolLM2 (one live at a time: _chunk_forward)
+CHUNK_ROWS = 256
 
 DEFAULT_MAX_TOKENS_PER_BATCH = {"cpu": 4096, "cuda": 32768}
 """Trie tokens per training micro-batch by device type (`LocalServiceClient`'s default): the

@@ -567,14 +567,17 @@ class LocalTrainingClient(TrainingClientSurface):
 
     def _reusable_snapshot(self) -> torch.nn.Module | None:
         """The pooled snapshot model with the current trainable values, when its sampling client
-        no longer exists and its trainable parameters match the model's by name and shape."""
+        no longer exists and its trainable parameters match the model's by name and shape (and
+        none of them is a tensor the snapshot shares, a weight frozen when it was copied)."""
         if self._snapshot_pool is None or self._snapshot_pool[1]() is not None:
             return None
         snapshot = self._snapshot_pool[0]
         self._snapshot_pool = None
         copies = dict(snapshot.named_parameters())
         trainable = [(n, p) for n, p in self._model.named_parameters() if p.requires_grad]
-        if any(n not in copies or copies[n].shape != p.shape for n, p in trainable):
+        if any(
+            n not in copies or copies[n] is p or copies[n].shape != p.shape for n, p in trainable
+        ):
             return None
         with torch.no_grad():
             for name, p in trainable:
